@@ -1,0 +1,16 @@
+# Sourced by bin/test and bin/demo: creates .venv (or $GITRESEARCH_VENV) and installs the
+# project into it. Where no NVIDIA GPU answers, torch is pinned to the 2.13.0 CPU wheel first,
+# so the plain `torch` requirement does not pull a multi-GB CUDA build.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+VENV="${GITRESEARCH_VENV:-.venv}"
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+stamp="$VENV/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+    if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
+        "$VENV/bin/pip" install -q "torch==2.13.0"
+    fi
+    "$VENV/bin/pip" install -q -e ".[test]"
+    touch "$stamp"
+fi
+export PATH="$PWD/$VENV/bin:$PATH"
