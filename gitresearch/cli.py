@@ -1,0 +1,134 @@
+"""The command line: parses and dispatches; the commands live in their own modules.
+
+    gitresearch init --template nanochat DIR
+    gitresearch loop --policy random --budget 20 --max-experiments 5
+    gitresearch status | log [-n K] [--json] | show REV [--json] | run [REV]
+"""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from . import config as cfg
+from . import inspect as insp
+from .gitstore import GitError, Store
+from .loop import Loop, LoopError, run_commit
+from .policies import PolicyError
+from .setup import SetupError, init_repo
+
+console = Console(stderr=True)
+
+
+def _load(root: Path, **overrides) -> cfg.Config:
+    return cfg.load(root, overrides)
+
+
+def _repo_root() -> Path:
+    try:
+        return Store(Path.cwd()).root
+    except GitError as err:
+        raise click.ClickException(str(err)) from err
+
+
+@click.group()
+@click.version_option(package_name="gitresearch")
+def main():
+    """A git-native harness for autonomous, perpetual ML research."""
+
+
+@main.command()
+@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--template", type=click.Choice(["nanochat"]), help="copy a bundled target first")
+def init(directory: Path, template: str | None):
+    """Make DIRECTORY a research repo: config, hook, notes display, and `best` at HEAD."""
+    try:
+        for line in init_repo(directory, template):
+            click.echo(line)
+    except (SetupError, GitError) as err:
+        raise click.ClickException(str(err)) from err
+
+
+@main.command()
+@click.option("--policy", type=click.Choice(["random"]), help="[policy] name")
+@click.option("--budget", type=float, help="training seconds per experiment [run] budget_s")
+@click.option("--max-experiments", type=int, help="stop when the repo holds this many experiments")
+@click.option("--max-hours", type=float, help="stop after this many hours")
+@click.option("--patience", type=int, help="stop after this many experiments without a keep")
+@click.option("--early-stop/--no-early-stop", default=None, help="self-evaluation on or off")
+@click.option("--seed", type=int, help="random policy seed")
+def loop(policy, budget, max_experiments, max_hours, patience, early_stop, seed):
+    """Run experiments until a stop condition; resumes from git state after any stop."""
+    root = _repo_root()
+    config = _load(root, **{"run.budget_s": budget, "loop.max_experiments": max_experiments,
+                            "loop.max_hours": max_hours, "loop.patience": patience,
+                            "early_stop.enabled": early_stop, "policy.seed": seed,
+                            "policy.name": policy})
+    with insp.LiveProgress(console) as live:
+        try:
+            report = Loop(root, config, display=live.log, on_progress=live.update).run()
+        except (LoopError, PolicyError, GitError) as err:
+            raise click.ClickException(str(err)) from err
+    click.echo(f"stopped: {report.stop_reason} ({report.ran} experiments, {report.kept} kept)")
+    sys.exit(130 if report.stop_reason == "interrupted" else 0)
+
+
+@main.command()
+@click.argument("rev", default="best")
+@click.option("--budget", type=float, help="training seconds [run] budget_s")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+def run(rev, budget, as_json):
+    """Run one commit under the budget and print its result; writes nothing to git."""
+    root = _repo_root()
+    config = _load(root, **{"run.budget_s": budget})
+    store = Store(root)
+    commit = store.resolve(rev)
+    (store.state_dir / "worktrees").mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gitresearch-run-") as tmp, insp.LiveProgress(console) as live:
+        result = run_commit(store, config, commit, Path(tmp), on_progress=live.update)
+    data = {"commit": commit, "status": result.status, "val_bpb": result.metric,
+            "reason": result.reason, "seconds": result.seconds,
+            "training_seconds": result.training_seconds, "peak_memory_mb": result.peak_memory_mb,
+            "log_tail": result.log_tail}
+    click.echo(json.dumps(data) if as_json else insp.format_result(data))
+    sys.exit(0 if result.status == "ok" else 1)
+
+
+@main.command()
+def status():
+    """Summary: experiments by status, baseline vs best, experiments per hour."""
+    insp.print_status(Store(_repo_root()), Console())
+
+
+@main.command()
+@click.option("-n", "count", type=int, default=None, help="the newest N experiments")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per experiment")
+def log(count, as_json):
+    """The experiment history, newest first."""
+    rows = insp.log_records(Store(_repo_root()), count)
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row))
+    else:
+        insp.print_log(rows, Console())
+
+
+@main.command()
+@click.argument("rev")
+@click.option("--json", "as_json", is_flag=True)
+def show(rev, as_json):
+    """One experiment's full record (REV: a commit, a ref, or #N for experiment N)."""
+    store = Store(_repo_root())
+    try:
+        record = insp.show_record(store, rev)
+    except GitError as err:
+        raise click.ClickException(str(err)) from err
+    click.echo(json.dumps(record, indent=None if as_json else 2, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

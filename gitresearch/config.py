@@ -1,0 +1,129 @@
+"""Settings of a research repo: typed defaults, overridden by gitresearch.toml, then by flags."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CONFIG_FILE = "gitresearch.toml"
+SCHEMA = 1  # gitresearch.toml schema; older files stay readable
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    command: tuple[str, ...] = ("python", "train.py")  # run in the experiment worktree root
+    budget_s: float = 300.0  # training seconds per experiment (GITRESEARCH_BUDGET_S)
+    grace_s: float = 60.0  # extra wall seconds for start-up and final evaluation
+    term_grace_s: float = 5.0  # seconds between SIGTERM and SIGKILL
+    memory_limit_mb: float = 0.0  # kill the run above this tree RSS; 0: no limit
+    log_cap_mb: float = 8.0  # bytes of output kept in the log file
+    isolate_network: bool = True  # run training in a new network namespace where the OS allows
+    env_allow: tuple[str, ...] = ()  # extra environment variables passed to train.py
+
+
+@dataclass(frozen=True)
+class FilesConfig:
+    editable: tuple[str, ...] = ("train.py",)  # the only files a policy may change
+    frozen: tuple[str, ...] = ()  # hash-checked before and after every run
+
+
+@dataclass(frozen=True)
+class MetricConfig:
+    name: str = "val_bpb"  # key in the summary block and metrics JSON lines
+    direction: str = "minimize"
+
+
+@dataclass(frozen=True)
+class NoiseConfig:
+    noise_runs: int = 3  # baseline repeats that measure the noise floor
+    min_delta: float | None = None  # an improvement must exceed this; None: k_sigma x noise std
+    k_sigma: float = 2.0  # min_delta = k_sigma x std of the noise runs
+    min_delta_floor: float = 1e-4  # never keep a change smaller than this
+
+
+@dataclass(frozen=True)
+class EarlyStopConfig:
+    enabled: bool = True
+    interval_s: float = 30.0  # seconds of training between checks
+    min_fraction: float = 0.2  # no stop before this share of the budget
+    beta: float = 0.05  # bound on stopping a run that would have beaten the threshold
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    name: str = "random"
+    agenda: str = "AGENDA.md"
+    history_k: int = 32  # experiments in the history window
+    seed: int | None = None  # random policy seed; None: fresh entropy
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    max_experiments: int | None = None  # stop after this many experiments (baseline excluded)
+    max_hours: float | None = None
+    patience: int | None = None  # stop after this many experiments without improvement
+
+
+@dataclass(frozen=True)
+class Config:
+    schema: int = SCHEMA
+    run: RunConfig = field(default_factory=RunConfig)
+    files: FilesConfig = field(default_factory=FilesConfig)
+    metric: MetricConfig = field(default_factory=MetricConfig)
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
+    early_stop: EarlyStopConfig = field(default_factory=EarlyStopConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    loop: LoopConfig = field(default_factory=LoopConfig)
+
+
+def _section(cls, table: dict, where: str):
+    known = {f.name: f for f in fields(cls)}
+    unknown = set(table) - set(known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown setting(s) {', '.join(sorted(unknown))}")
+    values = {}
+    for name, value in table.items():
+        if isinstance(value, list):
+            value = tuple(value)
+        if name == "command" and isinstance(value, str):
+            value = tuple(value.split())
+        values[name] = value
+    return cls(**values)
+
+
+def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
+    """Read ROOT/gitresearch.toml (absent: all defaults); `overrides` maps "section.name" to a
+    value from the command line; None values are ignored."""
+    path = Path(root) / CONFIG_FILE
+    data = {}
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{path}: {err}") from err
+    schema = data.pop("schema", SCHEMA)
+    if schema > SCHEMA:
+        raise ConfigError(f"{path}: schema {schema} is newer than this gitresearch ({SCHEMA})")
+    sections = {}
+    for f in fields(Config):
+        if f.name == "schema":
+            continue
+        sections[f.name] = _section(f.default_factory().__class__, data.pop(f.name, {}),
+                                    f"{path} [{f.name}]")
+    if data:
+        raise ConfigError(f"{path}: unknown section(s) {', '.join(sorted(data))}")
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        section, name = key.split(".")
+        sections[section] = replace(sections[section], **{name: value})
+    return Config(schema=schema, **sections)

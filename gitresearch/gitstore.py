@@ -1,0 +1,268 @@
+"""The git store: experiment commits, their refs and notes, and `best`. The only module that
+touches pygit2; the git CLI is used where libgit2 lacks a feature (worktrees, ref CAS).
+
+Layout in the research repo:
+- refs/heads/best                    first-parent chain: baseline, then each accepted improvement
+- refs/gitresearch/experiments/NNNNNN one ref per experiment (kept or not), so gc never loses it
+- refs/notes/gitresearch             one note per experiment: a summary line, then JSON
+- <git dir>/gitresearch/             logs, metrics, lock files (not shared, referenced by notes)
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+
+BEST_REF = "refs/heads/best"
+NOTES_REF = "refs/notes/gitresearch"
+EXPERIMENTS_PREFIX = "refs/gitresearch/experiments/"
+NOTE_SCHEMA = 1
+AUTHOR = ("gitresearch", "gitresearch@localhost")
+CLEAN_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+                  "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES")
+
+
+class GitError(RuntimeError):
+    pass
+
+
+class StaleRefError(GitError):
+    """A compare-and-swap found the ref moved since it was read."""
+
+
+class InvalidDiff(ValueError):
+    """A proposed diff cannot be parsed or applied."""
+
+
+def git(*args: str, cwd: Path, check: bool = True, input: str | None = None,
+        env_extra: dict | None = None) -> str:
+    """Run the git CLI in a clean environment; errors carry the command, exit code and output."""
+    env = {k: v for k, v in os.environ.items() if k not in CLEAN_ENV_DROP}
+    env.update(LC_ALL="C", GIT_TERMINAL_PROMPT="0", **(env_extra or {}))
+    proc = subprocess.run(["git", *args], cwd=cwd, env=env, input=input, capture_output=True,
+                          text=True)
+    if check and proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-2000:]
+        raise GitError(f"`git {' '.join(args)}` exited {proc.returncode} in {cwd}:\n{tail}")
+    return proc.stdout
+
+
+def note_text(record: dict) -> str:
+    """A note: one line a person reads in `git log`, a blank line, then the record as JSON."""
+    metric = record.get("val_bpb")
+    shown = f"val_bpb {metric:.6f}" if isinstance(metric, (int, float)) else "val_bpb -"
+    parts = [f"gitresearch #{record.get('experiment', '?')}", record.get("status", "?"), shown]
+    if isinstance(record.get("delta"), (int, float)):
+        parts.append(f"delta {record['delta']:+.6f}")
+    if isinstance(record.get("seconds"), (int, float)):
+        parts.append(f"{record['seconds']:.1f}s")
+    if record.get("reason"):
+        parts.append(str(record["reason"]).splitlines()[0][:120])
+    body = json.dumps({"schema": NOTE_SCHEMA, **record}, sort_keys=True)
+    return " | ".join(parts) + "\n\n" + body + "\n"
+
+
+def parse_note(text: str) -> dict:
+    """The record written by note_text (any schema up to ours)."""
+    for line in text.splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            if record.get("schema", 1) > NOTE_SCHEMA:
+                raise GitError(f"note schema {record['schema']} is newer than {NOTE_SCHEMA}")
+            return record
+    raise GitError(f"not a gitresearch note: {text[:200]!r}")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    number: int
+    commit: str
+    parent: str | None
+    description: str
+    record: dict | None  # the note, None while the experiment has not finished
+
+
+class Store:
+    def __init__(self, path: Path):
+        try:
+            self.repo = pygit2.Repository(str(path))
+        except pygit2.GitError as err:
+            raise GitError(f"{path}: not a git repository ({err})") from err
+        if self.repo.is_bare:
+            raise GitError(f"{path}: a bare repository has no train.py to research")
+        self.root = Path(self.repo.workdir)
+        self.state_dir = Path(self.repo.path) / "gitresearch"
+        self.state_dir.mkdir(exist_ok=True)
+
+    # -- refs ------------------------------------------------------------------------------
+
+    def resolve(self, rev: str) -> str:
+        try:
+            return str(self.repo.revparse_single(rev).peel(pygit2.Commit).id)
+        except (KeyError, ValueError, pygit2.GitError) as err:
+            raise GitError(f"unknown revision {rev!r}") from err
+
+    def best(self) -> str | None:
+        ref = self.repo.references.get(BEST_REF)
+        return str(ref.target) if ref else None
+
+    def create_best(self, commit: str) -> None:
+        self.repo.create_reference_direct(BEST_REF, pygit2.Oid(hex=commit), False,
+                                    message="gitresearch: baseline")
+
+    def advance_best(self, old: str, new: str, message: str) -> None:
+        """Fast-forward best from `old` to `new`, a child of `old`; StaleRefError if best moved."""
+        parents = [str(p) for p in self.repo[new].parent_ids]
+        if parents[:1] != [old]:
+            raise GitError(f"{new} is not a child of {old}: not a fast-forward")
+        try:
+            git("update-ref", "-m", message, BEST_REF, new, old, cwd=self.root)
+        except GitError:
+            current = self.best()
+            if current != old:
+                raise StaleRefError(f"best moved to {current} since {old} was read") from None
+            raise
+
+    def best_chain(self) -> list[str]:
+        """Commits of best's first-parent chain, newest first."""
+        chain, commit = [], self.best()
+        while commit:
+            chain.append(commit)
+            parents = self.repo[commit].parent_ids
+            commit = str(parents[0]) if parents else None
+        return chain
+
+    # -- trees and diffs -------------------------------------------------------------------
+
+    def read_file(self, commit: str, path: str) -> str:
+        try:
+            entry = self.repo[commit].peel(pygit2.Tree)[path]
+        except KeyError as err:
+            raise GitError(f"{path} does not exist in {commit[:12]}") from err
+        return self.repo[entry.id].data.decode("utf-8")
+
+    def make_diff(self, path: str, old: str, new: str) -> str:
+        """A git-style unified diff of one file."""
+        patch = pygit2.Patch.create_from(old.encode(), new.encode(), old_as_path=path,
+                                         new_as_path=path)
+        return patch.text
+
+    def apply_diff(self, commit: str, diff_text: str) -> tuple[str, list[str]]:
+        """Apply a unified diff to `commit`'s tree with libgit2: (new tree id, changed paths)."""
+        try:
+            diff = pygit2.Diff.parse_diff(diff_text)
+        except pygit2.GitError as err:
+            raise InvalidDiff(f"the diff does not parse: {err}") from err
+        paths = sorted({p for d in diff.deltas for p in (d.old_file.path, d.new_file.path)
+                        if p and p != "/dev/null"})
+        if not paths:
+            raise InvalidDiff("the diff changes no file")
+        # pygit2 does not expose git_apply_to_tree: `git apply --cached` on a private index.
+        index = {"GIT_INDEX_FILE": str(self.state_dir / f"apply-{os.getpid()}.index")}
+        try:
+            git("read-tree", commit, cwd=self.root, env_extra=index)
+            try:
+                git("apply", "--cached", "--whitespace=nowarn", "-", cwd=self.root,
+                    input=diff_text if diff_text.endswith("\n") else diff_text + "\n",
+                    env_extra=index)
+            except GitError as err:
+                detail = str(err).split("\n", 1)[-1].strip()
+                raise InvalidDiff(f"the diff does not apply to {commit[:12]}: {detail}") from err
+            tree = git("write-tree", cwd=self.root, env_extra=index).strip()
+        finally:
+            Path(index["GIT_INDEX_FILE"]).unlink(missing_ok=True)
+        return tree, paths
+
+    def tree_file(self, tree: str, path: str) -> str:
+        return self.repo[self.repo[tree][path].id].data.decode("utf-8")
+
+    def diff_of(self, commit: str) -> str:
+        c = self.repo[commit]
+        if not c.parent_ids:
+            return ""
+        return self.repo.diff(c.parents[0], c).patch or ""
+
+    # -- experiments -----------------------------------------------------------------------
+
+    def create_experiment(self, parent: str, tree: str, description: str, policy: str) -> tuple[int, str]:
+        """Commit `tree` on `parent` and give it the next experiment ref: (number, commit).
+        Never touches the working tree, the index or HEAD."""
+        signature = pygit2.Signature(*AUTHOR)
+        while True:
+            number = self.last_experiment_number() + 1
+            message = (f"{description.strip().splitlines()[0] if description.strip() else 'experiment'}"
+                       f"\n\nGitresearch-Policy: {policy}\nGitresearch-Experiment: {number}\n")
+            oid = self.repo.create_commit(None, signature, signature, message,
+                                          pygit2.Oid(hex=tree), [pygit2.Oid(hex=parent)])
+            try:
+                self.repo.create_reference_direct(f"{EXPERIMENTS_PREFIX}{number:06d}", oid, False,
+                                            message="gitresearch: experiment")
+                return number, str(oid)
+            except pygit2.AlreadyExistsError:  # a concurrent worker took the number
+                continue
+
+    def last_experiment_number(self) -> int:
+        numbers = [int(name[len(EXPERIMENTS_PREFIX):]) for name in self.repo.references
+                   if name.startswith(EXPERIMENTS_PREFIX)]
+        return max(numbers, default=0)
+
+    def experiment_commit(self, number: int) -> str | None:
+        ref = self.repo.references.get(f"{EXPERIMENTS_PREFIX}{number:06d}")
+        return str(ref.target) if ref else None
+
+    def experiments(self, last: int | None = None) -> list[Experiment]:
+        """Experiments, newest first (the last `last` of them)."""
+        numbers = sorted((int(name[len(EXPERIMENTS_PREFIX):]) for name in self.repo.references
+                          if name.startswith(EXPERIMENTS_PREFIX)), reverse=True)
+        return [self.experiment(n) for n in numbers[:last]]
+
+    def experiment(self, number: int) -> Experiment:
+        commit = self.repo.references[f"{EXPERIMENTS_PREFIX}{number:06d}"].peel(pygit2.Commit)
+        parent = str(commit.parent_ids[0]) if commit.parent_ids else None
+        return Experiment(number, str(commit.id), parent, commit.message.split("\n")[0],
+                          self.read_note(str(commit.id)))
+
+    # -- notes -----------------------------------------------------------------------------
+
+    @contextmanager
+    def lock(self, name: str):
+        """An exclusive lock across processes (libgit2 and git both drop concurrent notes)."""
+        with open(self.state_dir / f"{name}.lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def write_note(self, commit: str, record: dict) -> None:
+        signature = pygit2.Signature(*AUTHOR)
+        with self.lock("notes"):
+            self.repo.create_note(note_text(record), signature, signature, commit, NOTES_REF,
+                                  True)
+
+    def read_note(self, commit: str) -> dict | None:
+        try:
+            note = self.repo.lookup_note(commit, NOTES_REF)
+        except KeyError:
+            return None
+        return parse_note(note.message)
+
+    def note_count(self) -> int:
+        if self.repo.references.get(NOTES_REF) is None:
+            return 0
+        return sum(1 for _ in self.repo.notes(NOTES_REF))
+
+    # -- worktrees -------------------------------------------------------------------------
+
+    def add_worktree(self, commit: str, path: Path) -> None:
+        git("worktree", "add", "--detach", "--force", str(path), commit, cwd=self.root)
+
+    def remove_worktree(self, path: Path) -> None:
+        git("worktree", "remove", "--force", "--force", str(path), cwd=self.root, check=False)
+        git("worktree", "prune", cwd=self.root, check=False)

@@ -1,0 +1,144 @@
+"""Reading results back: log, show, status, and the live progress line."""
+from __future__ import annotations
+
+import collections
+import re
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .gitstore import GitError, Store
+
+LOG_KEYS = ("experiment", "commit", "parent", "status", "val_bpb", "delta", "description",
+            "seconds", "training_seconds", "peak_memory_mb", "reason", "comment", "policy")
+
+
+def log_records(store: Store, count: int | None = None) -> list[dict]:
+    """Finished experiments (baseline included), newest first."""
+    rows = []
+    for exp in store.experiments():
+        if exp.record is None:
+            continue
+        row = {k: exp.record.get(k) for k in LOG_KEYS}
+        row.update(experiment=exp.number, commit=exp.commit, parent=exp.parent,
+                   description=exp.record.get("description") or exp.description)
+        rows.append(row)
+        if count is not None and len(rows) >= count:
+            break
+    return rows
+
+
+def show_record(store: Store, rev: str) -> dict:
+    if re.fullmatch(r"#\d+", rev):
+        commit = store.experiment_commit(int(rev[1:]))
+        if commit is None:
+            raise GitError(f"no experiment {rev}")
+    else:
+        commit = store.resolve(rev)
+    record = store.read_note(commit)
+    if record is None:
+        raise GitError(f"{commit[:12]} has no gitresearch note")
+    return {"commit": commit, "message": store.repo[commit].message.strip(), **record,
+            "diff": store.diff_of(commit)}
+
+
+def summarise(store: Store) -> dict:
+    rows = log_records(store)
+    by_status = collections.Counter(r["status"] for r in rows)
+    baseline = next((r for r in rows if r["status"] == "baseline"), None)
+    chain = [store.read_note(c) or {} for c in store.best_chain()]
+    best = chain[0] if chain else {}
+    notes = [store.read_note(r["commit"]) or {} for r in rows]
+    runs = [n for n in notes if n.get("status") not in ("baseline", "invalid", None)]
+    starts = [n["started"] for n in runs if n.get("started")]
+    ends = [n["finished"] for n in runs if n.get("finished")]
+    hours = (max(ends) - min(starts)) / 3600 if starts and ends and max(ends) > min(starts) else None
+    shares = [min(1.0, n["training_seconds"] / n["budget_s"]) for n in runs
+              if n.get("training_seconds") is not None and n.get("budget_s")]
+    total_budget = sum(n.get("budget_s") or 0 for n in runs)
+    saved = sum(max(0.0, n["budget_s"] - (n.get("training_seconds") or 0)) for n in runs
+                if n.get("status") == "early_stop" and n.get("budget_s"))
+    base_bpb, best_bpb = (baseline or {}).get("val_bpb"), best.get("val_bpb")
+    return {
+        "experiments": len(rows) - (baseline is not None), "by_status": dict(by_status),
+        "baseline_val_bpb": base_bpb, "best_val_bpb": best_bpb,
+        "relative_gain": (base_bpb - best_bpb) / base_bpb if base_bpb and best_bpb else None,
+        "experiments_per_hour": len(runs) / hours if hours else None,
+        "mean_budget_share": sum(shares) / len(shares) if shares else None,
+        "compute_saved": saved / total_budget if total_budget else 0.0,
+        "best_chain": [{"commit": c, "val_bpb": n.get("val_bpb"), "status": n.get("status"),
+                        "description": store.repo[c].message.split("\n")[0]}
+                       for c, n in zip(store.best_chain(), chain)],
+    }
+
+
+def _fmt(value, spec=".6f"):
+    return "-" if value is None else format(value, spec)
+
+
+def print_status(store: Store, console: Console) -> None:
+    s = summarise(store)
+    table = Table(title="gitresearch status", show_header=False)
+    table.add_row("experiments", str(s["experiments"]))
+    for status, n in sorted(s["by_status"].items()):
+        table.add_row(f"  {status}", str(n))
+    table.add_row("baseline val_bpb", _fmt(s["baseline_val_bpb"]))
+    gain = f" ({_fmt(s['relative_gain'] and 100 * s['relative_gain'], '.2f')}% better)" if s["relative_gain"] else ""
+    table.add_row("best val_bpb", _fmt(s["best_val_bpb"]) + gain)
+    table.add_row("experiments per hour", _fmt(s["experiments_per_hour"], ".1f"))
+    table.add_row("mean budget share used", _fmt(s["mean_budget_share"] and 100 * s["mean_budget_share"], ".1f") + "%")
+    table.add_row("compute saved by early stop", f"{100 * s['compute_saved']:.1f}%")
+    console.print(table)
+    chain = Table(title="best chain (newest first)")
+    for col in ("commit", "val_bpb", "status", "description"):
+        chain.add_column(col)
+    for link in s["best_chain"]:
+        chain.add_row(link["commit"][:10], _fmt(link["val_bpb"]), link["status"] or "-",
+                      link["description"])
+    console.print(chain)
+
+
+def print_log(rows: list[dict], console: Console) -> None:
+    table = Table()
+    for col in ("#", "commit", "status", "val_bpb", "delta", "seconds", "description"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(str(r["experiment"]), r["commit"][:10], r["status"] or "-", _fmt(r["val_bpb"]),
+                      _fmt(r["delta"], "+.6f"), _fmt(r["seconds"], ".1f"),
+                      (r["description"] or "") + (f"  [{r['reason']}]" if r.get("reason") else ""))
+    console.print(table)
+
+
+def format_result(data: dict) -> str:
+    return (f"{data['status']}: val_bpb {_fmt(data['val_bpb'])} in {data['seconds']:.1f}s"
+            + (f" ({data['reason']})" if data["reason"] else ""))
+
+
+class LiveProgress:
+    """One live line: experiment, elapsed against budget, step, loss, metric (rich)."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 TimeElapsedColumn(), console=console, transient=True)
+        self.task = None
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.__exit__(*exc)
+
+    def log(self, line: str) -> None:
+        self.progress.console.print(line, highlight=False)
+
+    def update(self, p: dict) -> None:
+        text = (f"#{p.get('experiment', '-')} {p['elapsed']:.0f}/{p['budget']:.0f}s "
+                f"step {p['step'] if p['step'] is not None else '-'} "
+                f"loss {_fmt(p['train_loss'], '.4f')} val_bpb {_fmt(p['metric'], '.4f')}")
+        if self.task is None:
+            self.task = self.progress.add_task(text, total=p["budget"])
+        self.progress.update(self.task, description=text, completed=min(p["elapsed"], p["budget"]),
+                             total=p["budget"])

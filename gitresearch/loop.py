@@ -1,0 +1,363 @@
+"""The research loop: baseline, then propose -> validate -> commit -> run -> note -> keep or
+discard, until a stop condition. All state is in git (refs and notes), so any stop, kill -9
+included, resumes where it was: an experiment with a ref but no note is run again.
+"""
+from __future__ import annotations
+
+import ast
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import gitstore
+from .config import Config
+from .gitstore import Store
+from .policies import PolicyError, Proposal, State, make_policy
+from .policies.random_search import diff_sha
+from .runner import RunResult, run_training
+
+MAX_DIFF_BYTES = 64 * 1024  # larger proposals are invalid
+HISTORY_DIFF_CHARS = 1500  # diff text kept per history-window entry
+STOP_FILE = "STOP"  # touch <git dir>/gitresearch/STOP to stop before the next experiment
+
+
+class LoopError(RuntimeError):
+    pass
+
+
+class InvalidProposal(ValueError):
+    pass
+
+
+@dataclass
+class LoopReport:
+    ran: int = 0
+    kept: int = 0
+    stop_reason: str = ""
+    records: list[dict] = field(default_factory=list)
+
+
+# -- locking ---------------------------------------------------------------------------------
+
+class RepoLock:
+    """Keeps two loops off one repo; the error names the holder's pid."""
+
+    def __init__(self, store: Store):
+        self.path = store.state_dir / "loop.lock"
+
+    def __enter__(self):
+        self.handle = open(self.path, "a+")
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.handle.seek(0)
+            holder = self.handle.read().strip() or "unknown"
+            self.handle.close()
+            raise LoopError(f"another gitresearch loop holds {self.path} (pid {holder}); "
+                            f"stop it first") from None
+        self.handle.seek(0)
+        self.handle.truncate()
+        self.handle.write(f"{os.getpid()}\n")
+        self.handle.flush()
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+
+# -- state read from git ----------------------------------------------------------------------
+
+def history_window(store: Store, k: int) -> list[dict]:
+    """The last k finished experiments of any status, newest first, read from git alone."""
+    window = []
+    for exp in store.experiments():
+        if exp.record is None:
+            continue
+        diff = store.diff_of(exp.commit)
+        record = exp.record
+        window.append({
+            "experiment": exp.number, "commit": exp.commit, "parent": exp.parent,
+            "description": exp.description, "status": record.get("status"),
+            "val_bpb": record.get("val_bpb"), "delta": record.get("delta"),
+            "comment": record.get("comment", ""), "reason": record.get("reason", ""),
+            "seconds": record.get("seconds"), "peak_memory_mb": record.get("peak_memory_mb"),
+            "diff": diff[:HISTORY_DIFF_CHARS] + ("\n[... diff truncated]" if len(diff) > HISTORY_DIFF_CHARS else ""),
+        })
+        if len(window) >= k:
+            break
+    return window
+
+
+def best_records(store: Store) -> list[dict]:
+    """best's chain with its notes, newest first."""
+    chain = []
+    for commit in store.best_chain():
+        record = store.read_note(commit) or {}
+        chain.append({"commit": commit, "description": store.repo[commit].message.split("\n")[0],
+                      **{k: record.get(k) for k in ("experiment", "status", "val_bpb", "delta")}})
+    return chain
+
+
+def validate(store: Store, config: Config, base: str, proposal: Proposal) -> str:
+    """The proposal's tree, or InvalidProposal with the exact reason."""
+    if len(proposal.diff.encode()) > MAX_DIFF_BYTES:
+        raise InvalidProposal(f"the diff is {len(proposal.diff.encode())} bytes, over {MAX_DIFF_BYTES}")
+    try:
+        tree, paths = store.apply_diff(base, proposal.diff)
+    except gitstore.InvalidDiff as err:
+        raise InvalidProposal(str(err)) from err
+    outside = [p for p in paths if p not in config.files.editable]
+    if outside:
+        raise InvalidProposal(f"the diff touches {', '.join(outside)}; only "
+                              f"{', '.join(config.files.editable)} may change")
+    for path in paths:
+        if path.endswith(".py"):
+            try:
+                ast.parse(store.tree_file(tree, path), filename=path)
+            except SyntaxError as err:
+                raise InvalidProposal(f"{path} does not parse after the diff: line {err.lineno}: "
+                                      f"{err.msg}") from err
+            except KeyError:
+                raise InvalidProposal(f"the diff deletes {path}") from None
+    return tree
+
+
+# -- running one commit -----------------------------------------------------------------------
+
+def run_commit(store: Store, config: Config, commit: str, run_dir: Path,
+               on_progress: Callable | None = None, stop_event: threading.Event | None = None) -> RunResult:
+    """Check `commit` out in a worktree of its own, train it, remove the worktree."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    worktree = Path(tempfile.mkdtemp(prefix="wt-", dir=store.state_dir / "worktrees"))
+    worktree.rmdir()
+    try:
+        store.add_worktree(commit, worktree)
+        return run_training(worktree, config, run_dir / "log.txt", run_dir / "metrics.jsonl",
+                            on_progress=on_progress, stop_event=stop_event)
+    finally:
+        store.remove_worktree(worktree)
+        shutil.rmtree(worktree, ignore_errors=True)
+
+
+def result_fields(result: RunResult, store: Store) -> dict:
+    log = os.path.relpath(result.log_path, store.repo.path)
+    return {"val_bpb": result.metric, "reason": result.reason, "seconds": result.seconds,
+            "training_seconds": result.training_seconds, "peak_memory_mb": result.peak_memory_mb,
+            "exit_code": result.exit_code, "log": log, "log_tail": result.log_tail,
+            "network_isolated": result.network_isolated,
+            "steps": result.summary.get("num_steps") or max((p.get("step", 0) for p in result.points), default=None)}
+
+
+# -- the loop ---------------------------------------------------------------------------------
+
+class Loop:
+    def __init__(self, root: Path, config: Config, policy: str | None = None,
+                 display: Callable[[str], None] = print, on_progress: Callable | None = None):
+        self.store = Store(root)
+        self.config = config
+        self.policy_name = policy or config.policy.name
+        self.display = display
+        self.on_progress = on_progress
+        self.stop_event = threading.Event()
+        (self.store.state_dir / "worktrees").mkdir(exist_ok=True)
+
+    def run_dir(self, number: int) -> Path:
+        return self.store.state_dir / "runs" / f"{number:06d}"
+
+    def _handle_signal(self, signum, frame):
+        self.display(f"received {signal.Signals(signum).name}: stopping the run, state is in git")
+        self.stop_event.set()
+
+    def run(self) -> LoopReport:
+        with RepoLock(self.store):
+            handlers = {sig: signal.signal(sig, self._handle_signal)
+                        for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                return self._run()
+            finally:
+                for sig, handler in handlers.items():
+                    signal.signal(sig, handler)
+
+    def _run(self) -> LoopReport:
+        report, start = LoopReport(), time.monotonic()
+        if self.store.best() is None:
+            self.store.create_best(self.store.resolve("HEAD"))
+        baseline = self.ensure_baseline()
+        if baseline is None:
+            report.stop_reason = "interrupted"
+            return report
+        self.reconcile()
+        policy = make_policy(self.policy_name, self.config, self.store)
+        limits = self.config.loop
+        while True:
+            finished = [e for e in self.store.experiments() if e.number > 0 and e.record]
+            reason = self.stop_reason(finished, start)
+            if reason:
+                report.stop_reason = reason
+                return report
+            pending = [e for e in self.store.experiments() if e.number > 0 and e.record is None]
+            if pending:  # a run interrupted before its note: run it again, never duplicate it
+                exp = pending[-1]
+                proposal_data = {"rerun": True}
+                number, commit, parent = exp.number, exp.commit, exp.parent
+                description = exp.description
+            else:
+                try:
+                    number, commit, parent, description, proposal_data = self.propose(policy)
+                except PolicyError as err:
+                    report.stop_reason = f"policy: {err}"
+                    return report
+                if commit is None:  # invalid: already recorded
+                    report.ran += 1
+                    continue
+            record = self.run_experiment(number, commit, parent, description, proposal_data)
+            if record is None:
+                report.stop_reason = "interrupted"
+                return report
+            report.ran += 1
+            report.kept += record["status"] == "keep"
+            report.records.append(record)
+
+    def stop_reason(self, finished, start) -> str:
+        limits = self.config.loop
+        if self.stop_event.is_set():
+            return "interrupted"
+        stop_file = self.store.state_dir / STOP_FILE
+        if stop_file.exists():
+            stop_file.unlink()
+            return f"stop file {stop_file}"
+        if limits.max_experiments is not None and len(finished) >= limits.max_experiments:
+            return f"reached {limits.max_experiments} experiments"
+        if limits.max_hours is not None and time.monotonic() - start > limits.max_hours * 3600:
+            return f"reached {limits.max_hours:g} hours"
+        if limits.patience:
+            since = 0
+            for exp in finished:  # newest first
+                if exp.record.get("status") == "keep":
+                    break
+                since += 1
+            if since >= limits.patience:
+                return f"converged: no improvement in {since} experiments"
+        return ""
+
+    # -- baseline and noise floor --------------------------------------------------------------
+
+    def ensure_baseline(self) -> dict | None:
+        """The baseline's record; runs it (noise_runs times) when best's root has no note."""
+        root = self.store.best_chain()[-1]
+        record = self.store.read_note(root)
+        if record is not None:
+            return record
+        if self.store.experiment_commit(0) is None:
+            self.store.repo.create_reference_direct(f"{gitstore.EXPERIMENTS_PREFIX}{0:06d}",
+                                                    self.store.repo[root].id, False, "gitresearch: baseline")
+        values, results = [], []
+        for i in range(max(1, self.config.noise.noise_runs)):
+            self.display(f"baseline run {i + 1}/{max(1, self.config.noise.noise_runs)}")
+            result = run_commit(self.store, self.config, root, self.run_dir(0) / f"noise-{i}",
+                                self._progress(0), self.stop_event)
+            if self.stop_event.is_set():
+                return None
+            if result.status != "ok":
+                raise LoopError(f"the baseline failed ({result.status}): {result.reason}\n"
+                                f"log: {result.log_path}\n{result.log_tail}")
+            values.append(result.metric)
+            results.append(result)
+        std = statistics.stdev(values) if len(values) > 1 else 0.0
+        noise = self.config.noise
+        min_delta = noise.min_delta if noise.min_delta is not None else max(noise.k_sigma * std, noise.min_delta_floor)
+        record = {"experiment": 0, "status": "baseline", "policy": "baseline",
+                  **result_fields(results[-1], self.store),
+                  "val_bpb": statistics.mean(values), "noise_runs": values, "noise_std": std,
+                  "min_delta": min_delta, "budget_s": self.config.run.budget_s,
+                  "host": socket.gethostname(), "finished": time.time()}
+        self.store.write_note(root, record)
+        self.display(f"baseline: val_bpb {record['val_bpb']:.6f} (std {std:.6f} over "
+                     f"{len(values)} runs), min_delta {min_delta:.6f}")
+        return record
+
+    def reconcile(self) -> None:
+        """A keep whose note was written but whose best move was lost (killed in between)."""
+        best = self.store.best()
+        for exp in self.store.experiments():
+            if exp.record and exp.record.get("status") == "keep" and exp.parent == best:
+                self.store.advance_best(best, exp.commit, f"gitresearch: keep #{exp.number} (resumed)")
+                best = exp.commit
+
+    # -- one experiment ------------------------------------------------------------------------
+
+    def propose(self, policy):
+        base = self.store.best()
+        history = history_window(self.store, self.config.policy.history_k)
+        tried = frozenset(e.record.get("diff_sha") for e in self.store.experiments()
+                          if e.record and e.record.get("diff_sha"))
+        files = {p: self.store.read_file(base, p) for p in self.config.files.editable}
+        state = State(base, files, history, best_records(self.store), self.config, tried)
+        proposal = policy.propose(state)
+        data = {"policy_data": proposal.data, "diff_sha": diff_sha(proposal.diff)}
+        try:
+            tree = validate(self.store, self.config, base, proposal)
+        except InvalidProposal as err:
+            # Recorded as an experiment whose tree is best's own, with the rejected diff kept.
+            tree = str(self.store.repo[base].tree_id)
+            number, commit = self.store.create_experiment(base, tree, proposal.description, policy.name)
+            record = {"experiment": number, "status": "invalid", "reason": str(err),
+                      "description": proposal.description, "policy": policy.name,
+                      "rejected_diff": proposal.diff[:MAX_DIFF_BYTES], **data}
+            self.store.write_note(commit, record)
+            self.display(f"#{number} invalid: {err}")
+            return number, None, base, proposal.description, data
+        number, commit = self.store.create_experiment(base, tree, proposal.description, policy.name)
+        return number, commit, base, proposal.description, {**data, "policy": policy.name}
+
+    def _progress(self, number):
+        if self.on_progress is None:
+            return None
+        return lambda p: self.on_progress(dict(p, experiment=number))
+
+    def run_experiment(self, number, commit, parent, description, data) -> dict | None:
+        self.display(f"#{number} {description}")
+        started = time.time()
+        result = run_commit(self.store, self.config, commit, self.run_dir(number),
+                            self._progress(number), self.stop_event)
+        if self.stop_event.is_set() and result.status != "ok":
+            return None  # no note: the next loop runs it again
+        parent_record = self.store.read_note(parent) or {}
+        best = self.store.best()
+        best_record = self.store.read_note(best) or {}
+        min_delta = (self.store.read_note(self.store.best_chain()[-1]) or {}).get("min_delta", 0.0)
+        record = {"experiment": number, "description": description, "started": started,
+                  "finished": time.time(), "budget_s": self.config.run.budget_s,
+                  "host": socket.gethostname(), "parent_val_bpb": parent_record.get("val_bpb"),
+                  "min_delta": min_delta, **{k: v for k, v in data.items() if k != "rerun"},
+                  **result_fields(result, self.store)}
+        if result.metric is not None and parent_record.get("val_bpb") is not None:
+            record["delta"] = result.metric - parent_record["val_bpb"]
+        if result.status != "ok":
+            record["status"] = result.status
+        elif (parent == best and best_record.get("val_bpb") is not None
+              and result.metric < best_record["val_bpb"] - min_delta):
+            record["status"] = "keep"
+        else:
+            record["status"] = "discard"
+            if not record.get("reason"):
+                record["reason"] = (f"not better than best by more than min_delta {min_delta:.6f}"
+                                    if parent == best else "best moved since it was proposed")
+        self.store.write_note(commit, record)
+        if record["status"] == "keep":
+            self.store.advance_best(best, commit, f"gitresearch: keep #{number} val_bpb "
+                                                  f"{result.metric:.6f}: {description}")
+        shown = f"{result.metric:.6f}" if result.metric is not None else "-"
+        self.display(f"#{number} {record['status']}: val_bpb {shown} "
+                     f"{record.get('reason', '')}".rstrip())
+        return record

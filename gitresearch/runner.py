@@ -1,0 +1,315 @@
+"""The runner: the only module that spawns training. One run = one process group in its own
+worktree, under a hard wall-clock limit, with a clean environment, no network where the OS
+allows, capped logs, a memory watch over the whole process tree and frozen-file checks.
+
+Environment allow-list: only the variables in ENV_ALLOW (and PREFIX_ALLOW prefixes) plus the
+config's `run.env_allow` reach train.py, and then GITRESEARCH_BUDGET_S and GITRESEARCH_METRICS
+are set. API keys, tokens and the like never do unless a user names them in `run.env_allow`.
+Network: the command runs under `unshare --net --map-root-user` (a new, empty network
+namespace) when the kernel allows unprivileged user namespaces or we are root; elsewhere
+(macOS, locked-down containers) it runs with the host network and the result says so.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from . import metrics as M
+from .config import Config
+
+ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "TERM",
+             "CUDA_VISIBLE_DEVICES", "NANOCHAT_CACHE_DIR", "XDG_CACHE_HOME", "HF_HOME",
+             "TORCH_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "VIRTUAL_ENV",
+             "CONDA_PREFIX", "LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS",
+             "MKL_NUM_THREADS", "PYTHONHASHSEED")
+PREFIX_ALLOW = ("LC_", "OPENBLAS_")
+TAIL_BYTES = 64 * 1024  # output kept in memory for the summary block and the note's tail
+POLL_S = 0.05  # seconds between checks of the process tree
+
+
+@dataclass
+class RunResult:
+    status: str  # ok | crash | timeout | invalid | early_stop
+    reason: str
+    metric: float | None
+    summary: dict
+    points: list[dict]
+    exit_code: int | None
+    seconds: float  # wall seconds of the training process
+    peak_memory_mb: float
+    log_path: str
+    log_tail: str
+    network_isolated: bool
+    events: list[str] = field(default_factory=list)
+
+    @property
+    def training_seconds(self) -> float | None:
+        value = self.summary.get("training_seconds")
+        if isinstance(value, float):
+            return value
+        times = [p["t"] for p in self.points if isinstance(p.get("t"), (int, float))]
+        return max(times) if times else None
+
+
+@functools.cache
+def network_isolation_available() -> bool:
+    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "--net", "--map-root-user", "true"],
+                           capture_output=True)
+    return probe.returncode == 0
+
+
+def clean_env(extra_allow: tuple[str, ...]) -> dict:
+    allowed = set(ENV_ALLOW) | set(extra_allow)
+    return {k: v for k, v in os.environ.items()
+            if k in allowed or k.startswith(PREFIX_ALLOW)}
+
+
+def hash_files(root: Path, patterns: tuple[str, ...]) -> dict[str, str]:
+    hashes = {}
+    for pattern in patterns:
+        matches = sorted(root.glob(pattern)) or [root / pattern]
+        for path in matches:
+            rel = str(path.relative_to(root))
+            hashes[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+    return hashes
+
+
+class OutputPump(threading.Thread):
+    """Drains the child's output: the first `cap` bytes go to the log, the last TAIL_BYTES stay
+    in memory, progress lines go to `on_line`. A flood costs memcpy, nothing more."""
+
+    def __init__(self, stream, log_path: Path, cap: int, on_line: Callable[[str], None]):
+        super().__init__(daemon=True)
+        self.stream, self.log, self.cap, self.on_line = stream, open(log_path, "wb"), cap, on_line
+        self.written = self.dropped = 0
+        self.tail: deque[bytes] = deque()
+        self.tail_size = 0
+
+    def run(self):
+        fd = self.stream.fileno()
+        while chunk := os.read(fd, 1 << 16):
+            room = self.cap - self.written
+            if room > 0:
+                self.log.write(chunk[:room])
+                self.written += min(room, len(chunk))
+            self.dropped += max(0, len(chunk) - max(room, 0))
+            self.tail.append(chunk)
+            self.tail_size += len(chunk)
+            while self.tail_size - len(self.tail[0]) >= TAIL_BYTES:
+                self.tail_size -= len(self.tail.popleft())
+            lines = chunk.rsplit(b"\n", 2)
+            if len(lines) > 1:  # only the newest complete line matters for progress
+                self.on_line(lines[-2].decode("utf-8", "replace"))
+
+    def tail_text(self) -> str:
+        return b"".join(self.tail)[-TAIL_BYTES:].decode("utf-8", "replace")
+
+    def close(self):
+        if self.dropped:
+            self.log.write(f"\n[gitresearch: {self.dropped} bytes over the log cap dropped; "
+                           f"the last {TAIL_BYTES} bytes follow]\n".encode())
+            self.log.write(self.tail_text().encode())
+        self.log.close()
+
+
+def _tree(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _kill(group: int, seen: dict[int, psutil.Process], term_grace: float) -> None:
+    """SIGTERM the process group and every process seen in the tree, then SIGKILL survivors."""
+    def alive():
+        return [p for p in seen.values() if _running(p)]
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            pass
+        for p in alive():  # children that left the group with setsid()
+            try:
+                p.send_signal(sig)
+            except psutil.Error:
+                pass
+        deadline = time.monotonic() + (term_grace if sig == signal.SIGTERM else 5.0)
+        while time.monotonic() < deadline and (alive() or _group_alive(group)):
+            time.sleep(0.02)
+        if not alive() and not _group_alive(group):
+            return
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return any(_running(p) for p in psutil.process_iter() if _safe_pgid(p) == group)
+
+
+def _safe_pgid(p: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(p.pid)
+    except OSError:
+        return None
+
+
+def _tagged(run_id: str) -> dict[int, psutil.Process]:
+    """Processes that carry this run's GITRESEARCH_RUN_ID: descendants that escaped the process
+    group (setsid, double fork) and were never seen in the tree."""
+    found = {}
+    for p in psutil.process_iter():
+        try:
+            if p.pid != os.getpid() and p.environ().get("GITRESEARCH_RUN_ID") == run_id:
+                found[p.pid] = p
+        except psutil.Error:
+            continue
+    return found
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Path,
+                 on_progress: Callable[[dict], None] | None = None,
+                 should_stop: Callable[[list[dict]], str | None] | None = None,
+                 stop_event: threading.Event | None = None) -> RunResult:
+    """Run the configured training command in `workdir` and classify the outcome.
+
+    `should_stop(points)` is asked whenever new metric points arrive; a reason stops the run
+    as `early_stop`. `stop_event` set by a signal handler stops it as `crash`, "interrupted".
+    """
+    run = config.run
+    workdir, log_path, metrics_path = Path(workdir), Path(log_path), Path(metrics_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    metrics_path.unlink(missing_ok=True)
+    frozen_before = hash_files(workdir, config.files.frozen)
+    command = list(run.command)
+    if command and command[0] in ("python", "python3"):
+        command[0] = sys.executable  # the interpreter gitresearch runs in, with its packages
+    isolated = run.isolate_network and network_isolation_available()
+    if isolated:
+        command = ["unshare", "--net", "--map-root-user", "--", *command]
+    env = clean_env(run.env_allow)
+    run_id = uuid.uuid4().hex
+    env.update(GITRESEARCH_BUDGET_S=f"{run.budget_s:g}", GITRESEARCH_METRICS=str(metrics_path),
+               PYTHONUNBUFFERED="1", GITRESEARCH_RUN_ID=run_id)
+    limit = run.budget_s + run.grace_s
+    progress = {"step": None, "train_loss": None, "metric": None}
+
+    def on_line(line):
+        parsed = M.parse_progress(line)
+        if parsed:
+            progress.update(step=parsed["step"], train_loss=parsed["train_loss"])
+
+    start = time.monotonic()
+    proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    pump = OutputPump(proc.stdout, log_path, int(run.log_cap_mb * 2 ** 20), on_line)
+    pump.start()
+    root = psutil.Process(proc.pid)
+    seen: dict[int, psutil.Process] = {proc.pid: root}
+    peak_rss, points, metrics_offset = 0, [], 0
+    verdict, reason = None, ""
+    while True:
+        try:
+            proc.wait(timeout=POLL_S)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        elapsed = time.monotonic() - start
+        rss = 0
+        for p in _tree(root):
+            seen.setdefault(p.pid, p)
+            try:
+                rss += p.memory_info().rss
+            except psutil.Error:
+                pass
+        peak_rss = max(peak_rss, rss)
+        if metrics_path.exists():
+            with open(metrics_path, "rb") as f:
+                f.seek(metrics_offset)
+                chunk = f.read()
+            complete = chunk.rfind(b"\n") + 1
+            if complete:
+                metrics_offset += complete
+                new = M.parse_metric_lines(chunk[:complete].decode("utf-8", "replace"))
+                if new:
+                    points.extend(new)
+                    last = [p for p in new if p.get(config.metric.name) is not None]
+                    if last:
+                        progress["metric"] = last[-1][config.metric.name]
+                    if should_stop and (why := should_stop(points)):
+                        verdict, reason = "early_stop", why
+        if run.memory_limit_mb and rss > run.memory_limit_mb * 2 ** 20:
+            verdict, reason = "crash", (f"memory limit: the process tree used {rss / 2 ** 20:.0f} MB, "
+                                        f"over run.memory_limit_mb = {run.memory_limit_mb:g}")
+        elif elapsed > limit:
+            verdict, reason = "timeout", (f"killed after {elapsed:.1f} s: over the wall-clock limit "
+                                          f"of {limit:g} s (budget {run.budget_s:g} + grace {run.grace_s:g})")
+        elif stop_event is not None and stop_event.is_set():
+            verdict, reason = "crash", "interrupted: the harness was asked to stop"
+        if on_progress:
+            on_progress(dict(progress, elapsed=elapsed, budget=run.budget_s))
+        if verdict:
+            _kill(proc.pid, seen, run.term_grace_s)
+            break
+    exit_code = proc.wait()
+    seconds = time.monotonic() - start
+    for p in _tree(root):
+        seen.setdefault(p.pid, p)
+    seen.update(_tagged(run_id))
+    _kill(proc.pid, seen, run.term_grace_s)  # children left running after the main process
+    pump.join(timeout=5)
+    pump.close()
+    tail = pump.tail_text()
+    if metrics_path.exists():
+        points = M.parse_metric_lines(metrics_path.read_text(errors="replace"))
+    summary = M.parse_summary(tail)
+    metric = M.final_metric(config.metric.name, summary, points)
+    frozen_after = hash_files(workdir, config.files.frozen)
+    changed = [name for name in frozen_after if frozen_before.get(name) != frozen_after[name]]
+    if changed:
+        verdict, reason = "invalid", f"frozen file(s) changed during the run: {', '.join(changed)}"
+    elif verdict is None:
+        if exit_code != 0:
+            how = (f"killed by signal {-exit_code}" if exit_code < 0 else f"exited with code {exit_code}")
+            verdict, reason = "crash", f"{how}: {_last_line(tail)}"
+        elif metric is None:
+            verdict, reason = "crash", (f"no {config.metric.name} reported (no summary block line "
+                                        f"and no GITRESEARCH_METRICS point): {_last_line(tail)}")
+        elif not M.is_finite(metric):
+            verdict, reason = "crash", f"{config.metric.name} is {metric}"
+        else:
+            verdict = "ok"
+    return RunResult(verdict, reason, metric if M.is_finite(metric) else None, summary, points,
+                     exit_code, round(seconds, 3), round(peak_rss / 2 ** 20, 1), str(log_path),
+                     "\n".join(tail.splitlines()[-20:])[-2000:], isolated)
