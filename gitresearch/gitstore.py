@@ -130,13 +130,14 @@ class Store:
             raise
 
     def best_chain(self) -> list[str]:
-        """Commits of best's first-parent chain, newest first."""
-        chain, commit = [], self.best()
+        """Commits of best's first-parent chain, newest first, down to the baseline (the
+        user's history before it is not part of the research)."""
+        chain, commit, baseline = [], self.best(), self.experiment_commit(0)
         while commit:
             chain.append(commit)
             parents = self.repo[commit].parent_ids
-            commit = str(parents[0]) if parents else None
-        return chain
+            commit = str(parents[0]) if parents and chain[-1] != baseline else None
+        return chain if baseline else chain[:1]
 
     # -- trees and diffs -------------------------------------------------------------------
 
@@ -206,6 +207,11 @@ class Store:
                 return number, str(oid)
             except pygit2.AlreadyExistsError:  # a concurrent worker took the number
                 continue
+
+    def set_baseline(self, commit: str) -> None:
+        """Experiment 0 is the baseline: the best tip the research started from."""
+        self.repo.create_reference_direct(f"{EXPERIMENTS_PREFIX}{0:06d}", pygit2.Oid(hex=commit),
+                                          False, "gitresearch: baseline")
 
     def last_experiment_number(self) -> int:
         numbers = [int(name[len(EXPERIMENTS_PREFIX):]) for name in self.repo.references

@@ -23,7 +23,7 @@ from .config import Config
 from .gitstore import Store
 from .policies import PolicyError, Proposal, State, make_policy
 from .policies.random_search import diff_sha
-from .runner import RunResult, run_training
+from .runner import RunResult, kill_orphans, run_training
 
 MAX_DIFF_BYTES = 64 * 1024  # larger proposals are invalid
 HISTORY_DIFF_CHARS = 1500  # diff text kept per history-window entry
@@ -190,6 +190,7 @@ class Loop:
 
     def _run(self) -> LoopReport:
         report, start = LoopReport(), time.monotonic()
+        self.clean_leftovers()
         if self.store.best() is None:
             self.store.create_best(self.store.resolve("HEAD"))
         baseline = self.ensure_baseline()
@@ -228,6 +229,15 @@ class Loop:
             report.kept += record["status"] == "keep"
             report.records.append(record)
 
+    def clean_leftovers(self) -> None:
+        """Training processes and worktrees left by a loop that was killed (we hold the lock)."""
+        worktrees = self.store.state_dir / "worktrees"
+        if kill_orphans(worktrees):
+            self.display("killed training processes left by an earlier, killed loop")
+        for stale in worktrees.iterdir():
+            self.store.remove_worktree(stale)
+            shutil.rmtree(stale, ignore_errors=True)
+
     def stop_reason(self, finished, start) -> str:
         limits = self.config.loop
         if self.stop_event.is_set():
@@ -254,13 +264,13 @@ class Loop:
 
     def ensure_baseline(self) -> dict | None:
         """The baseline's record; runs it (noise_runs times) when best's root has no note."""
-        root = self.store.best_chain()[-1]
+        root = self.store.experiment_commit(0)
+        if root is None:
+            root = self.store.best()
+            self.store.set_baseline(root)
         record = self.store.read_note(root)
         if record is not None:
             return record
-        if self.store.experiment_commit(0) is None:
-            self.store.repo.create_reference_direct(f"{gitstore.EXPERIMENTS_PREFIX}{0:06d}",
-                                                    self.store.repo[root].id, False, "gitresearch: baseline")
         values, results = [], []
         for i in range(max(1, self.config.noise.noise_runs)):
             self.display(f"baseline run {i + 1}/{max(1, self.config.noise.noise_runs)}")
@@ -335,7 +345,7 @@ class Loop:
         parent_record = self.store.read_note(parent) or {}
         best = self.store.best()
         best_record = self.store.read_note(best) or {}
-        min_delta = (self.store.read_note(self.store.best_chain()[-1]) or {}).get("min_delta", 0.0)
+        min_delta = (self.store.read_note(self.store.experiment_commit(0)) or {}).get("min_delta", 0.0)
         record = {"experiment": number, "description": description, "started": started,
                   "finished": time.time(), "budget_s": self.config.run.budget_s,
                   "host": socket.gethostname(), "parent_val_bpb": parent_record.get("val_bpb"),

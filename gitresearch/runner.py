@@ -192,6 +192,26 @@ def _tagged(run_id: str) -> dict[int, psutil.Process]:
     return found
 
 
+def kill_orphans(under: Path) -> int:
+    """Kill training processes left by a harness that died (kill -9): any process tagged with
+    a GITRESEARCH_RUN_ID whose working directory is under `under`. Returns how many."""
+    under = str(Path(under).resolve())
+    orphans = {}
+    for p in psutil.process_iter():
+        try:
+            if "GITRESEARCH_RUN_ID" in p.environ() and p.cwd().startswith(under):
+                orphans[p.pid] = p
+        except psutil.Error:
+            continue
+    for p in orphans.values():
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(list(orphans.values()), timeout=5)
+    return len(orphans)
+
+
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
     return lines[-1][:300] if lines else "(no output)"

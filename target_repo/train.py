@@ -36,7 +36,7 @@ LOGIT_SOFTCAP = 15.0  # tanh cap on the output logits
 
 # Optimisation
 BATCH_SIZE = 32 if CUDA else 16  # sequences per step
-MATRIX_LR = 0.01  # Muon learning rate of the block matrices (the main learning rate)
+MATRIX_LR = 0.005  # Muon learning rate of the block matrices (the main learning rate)
 MUON_MOMENTUM = 0.95  # Muon's Nesterov momentum
 EMBED_LR = 0.2  # AdamW learning rate of the token embedding
 HEAD_LR = 0.004  # AdamW learning rate of the output head

@@ -1,0 +1,1 @@
+print("---\nval_bpb: nan\ntraining_seconds: 1.0")

@@ -1,0 +1,1 @@
+print("trained, but forgot to report")

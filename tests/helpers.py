@@ -1,0 +1,38 @@
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+FAKES = Path(__file__).parent / "fakes"
+
+
+def sh(*args, cwd, check=True):
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@x", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@x")
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, check=check)
+
+
+def make_repo(path: Path, fake="curve.py", config: str = "") -> Path:
+    """A research repo whose train.py is a fake with a scripted curve."""
+    path.mkdir(parents=True, exist_ok=True)
+    sh("git", "init", "-q", "-b", "main", cwd=path)
+    shutil.copy(FAKES / fake, path / "train.py")
+    (path / "frozen.txt").write_text("frozen\n")
+    (path / "gitresearch.toml").write_text(
+        'schema = 1\n[run]\nbudget_s = 1\ngrace_s = 20\n[files]\neditable = ["train.py"]\n'
+        'frozen = ["frozen.txt"]\n[noise]\nnoise_runs = 2\n' + config)
+    (path / "notes.md").write_text("user's work in progress\n")
+    sh("git", "add", "train.py", "frozen.txt", "gitresearch.toml", cwd=path)
+    sh("git", "commit", "-qm", "baseline", cwd=path)
+    (path / "notes.md").write_text("user's uncommitted edit\n")  # must survive the loop
+    return path
+
+
+def cli(*args, cwd, check=True, timeout=600):
+    proc = subprocess.run([sys.executable, "-m", "gitresearch", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"gitresearch {' '.join(args)} exited {proc.returncode}\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc

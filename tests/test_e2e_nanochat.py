@@ -1,0 +1,27 @@
+"""One real loop on the bundled target: init --template nanochat, then a tiny-budget loop."""
+import json
+import os
+
+from gitresearch.gitstore import Store
+from helpers import cli, sh
+
+
+def test_loop_on_the_bundled_target(tmp_path, nanochat_cache):
+    repo = tmp_path / "research"
+    out = cli("init", "--template", "nanochat", str(repo), cwd=tmp_path).stdout
+    assert "copied the nanochat template" in out and "created best" in out
+    toml = (repo / "gitresearch.toml").read_text().replace("noise_runs = 3", "noise_runs = 2")
+    (repo / "gitresearch.toml").write_text(toml)
+    sh("git", "commit", "-qam", "two noise runs for the test", cwd=repo)
+    sh("git", "branch", "-f", "best", "HEAD", cwd=repo)
+    head = sh("git", "rev-parse", "HEAD", cwd=repo).stdout
+    cli("loop", "--policy", "random", "--budget", "3", "--max-experiments", "2", "--seed", "0",
+        cwd=repo, timeout=400)
+    rows = [json.loads(line) for line in cli("log", "--json", cwd=repo).stdout.splitlines()]
+    assert len(rows) == 3 and rows[-1]["status"] == "baseline"
+    baseline = Store(repo).read_note(Store(repo).experiment_commit(0))
+    assert len(baseline["noise_runs"]) == 2 and baseline["val_bpb"] < 3.6  # it learned in 3 s
+    assert all(r["status"] in ("keep", "discard", "crash") for r in rows[:-1])
+    assert sh("git", "rev-parse", "HEAD", cwd=repo).stdout == head
+    assert sh("git", "status", "--porcelain", cwd=repo).stdout == ""
+    assert "gitresearch #0 | baseline | val_bpb" in sh("git", "log", "best", cwd=repo).stdout

@@ -1,0 +1,133 @@
+"""The git store against real repositories in tmp dirs."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gitresearch.gitstore import (GitError, InvalidDiff, StaleRefError, Store, note_text,
+                                  parse_note)
+from helpers import make_repo, sh
+
+
+@pytest.fixture
+def store(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    s = Store(repo)
+    s.create_best(s.resolve("HEAD"))
+    s.set_baseline(s.resolve("HEAD"))
+    return s
+
+
+def snapshot(repo):
+    return (sh("git", "rev-parse", "HEAD", cwd=repo).stdout, sh("git", "status", "--porcelain", cwd=repo).stdout,
+            (repo / "notes.md").read_text(), sh("git", "symbolic-ref", "HEAD", cwd=repo).stdout,
+            sh("git", "ls-files", "-s", cwd=repo).stdout)
+
+
+def test_experiment_commit_leaves_user_state_alone(store):
+    before = snapshot(store.root)
+    base = store.best()
+    old = store.read_file(base, "train.py")
+    diff = store.make_diff("train.py", old, old.replace("LR = 0.1", "LR = 0.2"))
+    tree, paths = store.apply_diff(base, diff)
+    number, commit = store.create_experiment(base, tree, "double the learning rate", "random")
+    assert paths == ["train.py"] and number == 1
+    c = store.repo[commit]
+    assert [str(p) for p in c.parent_ids] == [base]
+    assert c.author.name == "gitresearch"
+    assert c.message == ("double the learning rate\n\nGitresearch-Policy: random\n"
+                         "Gitresearch-Experiment: 1\n")
+    assert "LR = 0.2" in store.read_file(commit, "train.py")
+    assert store.experiment_commit(1) == commit
+    assert snapshot(store.root) == before
+
+
+def test_experiments_survive_gc(store):
+    base = store.best()
+    number, commit = store.create_experiment(base, str(store.repo[base].tree_id), "noop", "random")
+    sh("git", "gc", "--prune=now", "-q", cwd=store.root)
+    assert sh("git", "cat-file", "-t", commit, cwd=store.root).stdout.strip() == "commit"
+    listed = sh("git", "for-each-ref", "--format=%(refname)", "refs/gitresearch/", cwd=store.root).stdout
+    assert listed.split() == ["refs/gitresearch/experiments/000000",
+                              "refs/gitresearch/experiments/000001"]
+
+
+def test_note_round_trip_is_lossless():
+    record = {"experiment": 3, "status": "keep", "val_bpb": 0.9979001234567891, "delta": -1e-9,
+              "reason": "line one\nline two", "nested": {"a": [1, 2.5, None, True]}, "emoji": "🙂"}
+    text = note_text(record)
+    assert text.splitlines()[0] == "gitresearch #3 | keep | val_bpb 0.997900 | delta -0.000000 | line one"
+    assert parse_note(text) == {"schema": 1, **record}
+
+
+def test_notes_show_in_plain_git_log(store):
+    base = store.best()
+    store.write_note(base, {"experiment": 0, "status": "baseline", "val_bpb": 2.5})
+    sh("git", "config", "notes.displayRef", "refs/notes/gitresearch", cwd=store.root)
+    out = sh("git", "log", "best", cwd=store.root).stdout
+    assert "gitresearch #0 | baseline | val_bpb 2.500000" in out
+
+
+def test_best_moves_only_by_checked_fast_forward(store):
+    base = store.best()
+    _, a = store.create_experiment(base, str(store.repo[base].tree_id), "a", "random")
+    _, b = store.create_experiment(base, str(store.repo[base].tree_id), "b", "random")
+    store.advance_best(base, a, "gitresearch: keep a")
+    with pytest.raises(StaleRefError, match="best moved"):
+        store.advance_best(base, b, "gitresearch: keep b")  # read before a moved it
+    with pytest.raises(GitError, match="not a child"):
+        store.advance_best(a, b, "gitresearch: keep b")  # not a fast-forward
+    assert store.best() == a
+    reflog = sh("git", "reflog", "show", "--format=%gs", "best", cwd=store.root).stdout.splitlines()
+    assert reflog[0] == "gitresearch: keep a"
+
+
+def test_bad_diffs_are_refused_with_the_reason(store):
+    base = store.best()
+    with pytest.raises(InvalidDiff, match="does not parse"):
+        store.apply_diff(base, "this is not a diff")
+    stale = store.make_diff("train.py", "LR = 7\n", "LR = 8\n")
+    with pytest.raises(InvalidDiff, match="does not apply"):
+        store.apply_diff(base, stale)
+
+
+WRITER = """
+import sys
+from gitresearch.gitstore import Store
+store = Store(sys.argv[1])
+for commit in sys.argv[3:]:
+    store.write_note(commit, {"writer": sys.argv[2], "commit": commit})
+"""
+
+
+def test_concurrent_note_writers_lose_nothing(store):
+    base = store.best()
+    tree = str(store.repo[base].tree_id)
+    commits = [store.create_experiment(base, tree, f"e{i}", "random")[1] for i in range(60)]
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(store.root), name, *chunk])
+             for name, chunk in (("one", commits[0::2]), ("two", commits[1::2]))]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert store.note_count() == 60
+    assert all(store.read_note(c)["commit"] == c for c in commits)
+
+
+def test_history_reads_from_git_alone(store):
+    from gitresearch.loop import best_records, history_window
+
+    base = store.best()
+    store.write_note(base, {"experiment": 0, "status": "baseline", "val_bpb": 2.0})
+    for i, status in enumerate(["discard", "keep", "crash"], start=1):
+        old = store.read_file(store.best(), "train.py")
+        diff = store.make_diff("train.py", old, old.replace("LR = 0.1", f"LR = 0.1{i}"))
+        tree, _ = store.apply_diff(store.best(), diff)
+        _, commit = store.create_experiment(store.best(), tree, f"depth {4 + i}", "random")
+        store.write_note(commit, {"experiment": i, "status": status, "val_bpb": 2.0 - i / 10,
+                                  "comment": f"comment {i}"})
+        if status == "keep":
+            store.advance_best(store.best(), commit, "keep")
+    window = history_window(Store(store.root), k=2)
+    assert [w["experiment"] for w in window] == [3, 2]
+    assert window[0]["status"] == "crash" and window[0]["comment"] == "comment 3"
+    assert "-LR = 0.12  #" in window[0]["diff"] and "+LR = 0.132  #" in window[0]["diff"]
+    assert [r["status"] for r in best_records(store)] == ["keep", "baseline"]

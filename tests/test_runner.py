@@ -1,0 +1,142 @@
+"""The runner against hostile train.py scripts: each ends with the right status and reason,
+and no process is left behind."""
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gitresearch.config import Config, FilesConfig, RunConfig
+from gitresearch.runner import clean_env, network_isolation_available, run_training
+
+FAKES = Path(__file__).parent / "fakes"
+
+
+def run_fake(tmp_path, script, budget=2.0, grace=1.0, **run_options):
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    shutil.copy(FAKES / script, work / "train.py")
+    (work / "frozen.txt").write_text("frozen\n")
+    config = Config(run=RunConfig(command=("python", "train.py"), budget_s=budget, grace_s=grace,
+                                  term_grace_s=0.5, **run_options),
+                    files=FilesConfig(frozen=("frozen.txt",)))
+    return run_training(work, config, tmp_path / "log.txt", tmp_path / "metrics.jsonl")
+
+
+def tagged_processes():
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if "GITRESEARCH_RUN_ID" in p.environ():
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind():
+    yield
+    assert tagged_processes() == []
+
+
+def test_normal_run_parses_both_metric_formats(tmp_path):
+    result = run_fake(tmp_path, "curve.py")
+    assert result.status == "ok", result.reason
+    assert result.metric == pytest.approx(2.0 + 0.1 + 0.1)
+    assert len(result.points) == 10 and result.points[-1]["step"] == 10
+    assert result.summary["training_seconds"] == 2.0 and result.training_seconds == 2.0
+    assert result.exit_code == 0 and result.reason == ""
+    assert "val_bpb:" in Path(result.log_path).read_text()
+
+
+def test_hang_that_ignores_sigterm_times_out(tmp_path):
+    start = time.monotonic()
+    result = run_fake(tmp_path, "hang.py", budget=0.5, grace=0.5)
+    assert result.status == "timeout"
+    assert "over the wall-clock limit of 1 s (budget 0.5 + grace 0.5)" in result.reason
+    assert result.exit_code == -9  # SIGTERM was ignored, SIGKILL was not
+    assert time.monotonic() - start < 5
+
+
+def test_children_left_running_are_killed(tmp_path):
+    result = run_fake(tmp_path, "child.py")
+    assert result.status == "ok"
+    pids = [int(p) for p in (tmp_path / "work" / "pids.txt").read_text().split()]
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                   for p in pids)
+
+
+def test_output_flood_is_capped(tmp_path):
+    result = run_fake(tmp_path, "flood.py", log_cap_mb=1)
+    assert result.status == "crash"
+    assert "no val_bpb reported" in result.reason and "no metric after the flood" in result.reason
+    size = Path(result.log_path).stat().st_size
+    assert 2 ** 20 <= size < 2 ** 20 + 128 * 1024
+    assert "bytes over the log cap dropped" in Path(result.log_path).read_text()
+
+
+@pytest.mark.parametrize("script, reason", [
+    ("nometric.py", "no val_bpb reported (no summary block line and no GITRESEARCH_METRICS point)"),
+    ("nan.py", "val_bpb is nan"),
+    ("exit1.py", "exited with code 1: RuntimeError: CUDA out of memory (simulated)"),
+])
+def test_crashes_have_a_reason(tmp_path, script, reason):
+    result = run_fake(tmp_path, script)
+    assert result.status == "crash"
+    assert reason in result.reason
+    assert result.metric is None
+
+
+def test_tampering_with_a_frozen_file_is_invalid(tmp_path):
+    result = run_fake(tmp_path, "tamper.py")
+    assert result.status == "invalid"
+    assert result.reason == "frozen file(s) changed during the run: frozen.txt"
+
+
+def test_memory_limit(tmp_path):
+    result = run_fake(tmp_path, "memory.py", budget=10, memory_limit_mb=300)
+    assert result.status == "crash"
+    assert "memory limit" in result.reason and "run.memory_limit_mb = 300" in result.reason
+    assert result.peak_memory_mb > 300
+
+
+@pytest.mark.skipif(not network_isolation_available(), reason="no network namespaces here")
+def test_opening_a_socket_fails_without_network(tmp_path, monkeypatch):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.5)
+    monkeypatch.setenv("FAKE_PORT", str(server.getsockname()[1]))
+    result = run_fake(tmp_path, "socket_open.py", env_allow=("FAKE_PORT",))
+    assert result.network_isolated
+    assert result.status == "crash"
+    assert "Network is unreachable" in result.reason
+    with pytest.raises(socket.timeout):
+        server.accept()  # nothing reached the host's loopback
+    server.close()
+
+
+def test_clean_env_drops_secrets(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-secret")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    env = clean_env(())
+    assert "OPENAI_API_KEY" not in env and "GITHUB_TOKEN" not in env
+    assert env["LC_ALL"] == "C.UTF-8" and "PATH" in env
+
+
+def test_stop_event_interrupts(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(FAKES / "hang.py", work / "train.py")
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    config = Config(run=RunConfig(budget_s=30, term_grace_s=0.3))
+    result = run_training(work, config, tmp_path / "log.txt", tmp_path / "m.jsonl", stop_event=stop)
+    assert result.status == "crash" and result.reason.startswith("interrupted")
+    assert result.seconds < 5
