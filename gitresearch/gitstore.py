@@ -183,6 +183,12 @@ class Store:
     def tree_file(self, tree: str, path: str) -> str:
         return self.repo[self.repo[tree][path].id].data.decode("utf-8")
 
+    def trailer(self, commit: str, key: str) -> str | None:
+        for line in reversed(self.repo[commit].message.splitlines()):
+            if line.startswith(f"{key}: "):
+                return line[len(key) + 2:].strip()
+        return None
+
     def diff_of(self, commit: str) -> str:
         c = self.repo[commit]
         if not c.parent_ids:

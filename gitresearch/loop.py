@@ -199,7 +199,6 @@ class Loop:
             return report
         self.reconcile()
         policy = make_policy(self.policy_name, self.config, self.store)
-        limits = self.config.loop
         while True:
             finished = [e for e in self.store.experiments() if e.number > 0 and e.record]
             reason = self.stop_reason(finished, start)
@@ -209,9 +208,9 @@ class Loop:
             pending = [e for e in self.store.experiments() if e.number > 0 and e.record is None]
             if pending:  # a run interrupted before its note: run it again, never duplicate it
                 exp = pending[-1]
-                proposal_data = {"rerun": True}
-                number, commit, parent = exp.number, exp.commit, exp.parent
-                description = exp.description
+                number, commit, parent, description = exp.number, exp.commit, exp.parent, exp.description
+                proposal_data = {"policy": self.store.trailer(commit, "Gitresearch-Policy"),
+                                 "diff_sha": diff_sha(self.store.diff_of(commit)), "rerun": True}
             else:
                 try:
                     number, commit, parent, description, proposal_data = self.propose(policy)
@@ -349,7 +348,7 @@ class Loop:
         record = {"experiment": number, "description": description, "started": started,
                   "finished": time.time(), "budget_s": self.config.run.budget_s,
                   "host": socket.gethostname(), "parent_val_bpb": parent_record.get("val_bpb"),
-                  "min_delta": min_delta, **{k: v for k, v in data.items() if k != "rerun"},
+                  "min_delta": min_delta, **data,
                   **result_fields(result, self.store)}
         if result.metric is not None and parent_record.get("val_bpb") is not None:
             record["delta"] = result.metric - parent_record["val_bpb"]

@@ -179,13 +179,14 @@ def _safe_pgid(p: psutil.Process) -> int | None:
         return None
 
 
-def _tagged(run_id: str) -> dict[int, psutil.Process]:
-    """Processes that carry this run's GITRESEARCH_RUN_ID: descendants that escaped the process
-    group (setsid, double fork) and were never seen in the tree."""
+def _tagged(match: Callable[[psutil.Process, str], bool]) -> dict[int, psutil.Process]:
+    """Processes carrying a GITRESEARCH_RUN_ID tag that `match(process, tag)` accepts: they
+    find descendants that escaped the process group (setsid, double fork) or outlived us."""
     found = {}
     for p in psutil.process_iter():
         try:
-            if p.pid != os.getpid() and p.environ().get("GITRESEARCH_RUN_ID") == run_id:
+            tag = p.environ().get("GITRESEARCH_RUN_ID")
+            if tag and p.pid != os.getpid() and match(p, tag):
                 found[p.pid] = p
         except psutil.Error:
             continue
@@ -196,13 +197,7 @@ def kill_orphans(under: Path) -> int:
     """Kill training processes left by a harness that died (kill -9): any process tagged with
     a GITRESEARCH_RUN_ID whose working directory is under `under`. Returns how many."""
     under = str(Path(under).resolve())
-    orphans = {}
-    for p in psutil.process_iter():
-        try:
-            if "GITRESEARCH_RUN_ID" in p.environ() and p.cwd().startswith(under):
-                orphans[p.pid] = p
-        except psutil.Error:
-            continue
+    orphans = _tagged(lambda p, tag: p.cwd().startswith(under))
     for p in orphans.values():
         try:
             p.kill()
@@ -306,7 +301,7 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
     seconds = time.monotonic() - start
     for p in _tree(root):
         seen.setdefault(p.pid, p)
-    seen.update(_tagged(run_id))
+    seen.update(_tagged(lambda p, tag: tag == run_id))
     _kill(proc.pid, seen, run.term_grace_s)  # children left running after the main process
     pump.join(timeout=5)
     pump.close()
