@@ -64,6 +64,7 @@ class PolicyConfig:
     agenda: str = "AGENDA.md"
     history_k: int = 32  # experiments in the history window
     seed: int | None = None  # random policy seed; None: fresh entropy
+    skip_constants: tuple[str, ...] = ()  # constants the random policy leaves alone
 
 
 @dataclass(frozen=True)

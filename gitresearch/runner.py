@@ -38,7 +38,7 @@ ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "TERM",
              "MKL_NUM_THREADS", "PYTHONHASHSEED")
 PREFIX_ALLOW = ("LC_", "OPENBLAS_")
 TAIL_BYTES = 64 * 1024  # output kept in memory for the summary block and the note's tail
-POLL_S = 0.05  # seconds between checks of the process tree
+POLL_S = 0.25  # seconds between checks of the process tree (exit is noticed at once)
 
 
 @dataclass
@@ -107,6 +107,7 @@ class OutputPump(threading.Thread):
             room = self.cap - self.written
             if room > 0:
                 self.log.write(chunk[:room])
+                self.log.flush()  # so that `tail -f` on the log follows the run
                 self.written += min(room, len(chunk))
             self.dropped += max(0, len(chunk) - max(room, 0))
             self.tail.append(chunk)
@@ -327,4 +328,4 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
             verdict = "ok"
     return RunResult(verdict, reason, metric if M.is_finite(metric) else None, summary, points,
                      exit_code, round(seconds, 3), round(peak_rss / 2 ** 20, 1), str(log_path),
-                     "\n".join(tail.splitlines()[-20:])[-2000:], isolated)
+                     "\n".join(tail.splitlines()[-12:])[-1500:], isolated)

@@ -24,14 +24,14 @@ class Site:
     value: int | float | bool
 
 
-def find_sites(source: str) -> list[Site]:
+def find_sites(source: str, skip: tuple[str, ...] = ()) -> list[Site]:
     sites = []
     for node in ast.parse(source).body:
         if not (isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None):
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         names = [t.id for t in targets if isinstance(t, ast.Name)]
-        if not names or not names[0].isupper():  # constants by convention: UPPER_CASE
+        if not names or not names[0].isupper() or names[0] in skip:  # constants: UPPER_CASE
             continue
         literals = [n for n in ast.walk(node.value) if isinstance(n, ast.Constant)
                     and isinstance(n.value, (int, float)) and n.lineno == n.end_lineno]
@@ -47,6 +47,9 @@ def mutate(value, rng: random.Random):
     if value == 0:
         return None  # a zero has no scale to sample around
     factor = math.exp(rng.uniform(math.log(FACTOR_RANGE[0]), math.log(FACTOR_RANGE[1])))
+    if isinstance(value, float) and 0 < value < 1:  # a momentum, beta or share stays in (0, 1)
+        odds = value / (1 - value) * factor
+        return float(f"{odds / (1 + odds):.3g}")
     if isinstance(value, int):
         new = round(value * factor)
         if new == value:  # small ints: step by one in the sampled direction
@@ -69,13 +72,14 @@ class RandomSearch:
     def __init__(self, config, store, seed: int | None = None):
         self.store = store
         self.rng = random.Random(seed if seed is not None else config.policy.seed)
+        self.skip = config.policy.skip_constants
 
     def propose(self, state: State) -> Proposal:
         tried = state.tried_diffs
         for _ in range(MAX_TRIES):
             path = self.rng.choice(sorted(state.files))
             source = state.files[path]
-            sites = find_sites(source)
+            sites = find_sites(source, self.skip)
             if not sites:
                 continue
             chosen = self.rng.sample(sites, k=min(len(sites), self.rng.randint(1, 3)))

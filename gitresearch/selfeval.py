@@ -1,0 +1,243 @@
+"""Self-evaluation: forecast a run's final metric from its learning curve and stop hopeless
+runs early with a sequential probability ratio test (SPEC 3).
+
+The fit. L(t) = a * t^(-b) + c by nonlinear least squares (scipy.optimize.curve_fit, bounded:
+a >= 0, 0 < b <= 3, c >= 0) on the points with t >= WARMUP_FRACTION x the elapsed training
+time. The first seconds are left out because they are a warm-up transient (random init, LR
+warm-up, the fastest fall of the loss) that a power law fits badly and that says little about
+the end; keeping the later 90 % of what was seen keeps enough points for a stable fit. Spikes
+and non-monotone stretches are damped by a soft-L1 loss (robust least squares).
+
+The forecast. F = L(T) at the budget T, plus a correction learned from finished runs: the
+fitted curve is biased at the budget (the learning-rate warm-down at the end, and a cheap
+periodic estimate that is not the final evaluation), so for each earlier run that ran its
+full budget we refit its curve truncated at the same fraction of the budget and record
+residual = final - forecast. The forecast is F + median(residuals); its predictive sd is
+sqrt(fit variance from the covariance, propagated by the delta method + spread of those
+residuals). With fewer than MIN_HISTORY finished runs the sd is inflated so nothing is stopped
+on a guess. The 90 % interval F +- 1.645 sd is reported with every check.
+
+The decision: a Wald SPRT on the final value mu of this run, with threshold theta = best so
+far + k x noise floor (config) and an indifference zone delta (config, in noise-floor units):
+    H0: mu <= theta          (the run beats the threshold: let it run)
+    H1: mu >= theta + delta  (it misses by at least delta: stop it)
+The latest forecast summarises all the evidence so far (it is fitted on every point), so it
+is used as the sufficient statistic: with x ~ N(mu, sd^2),
+    LLR = log N(x; theta + delta, sd) - log N(x; theta, sd) = delta / sd^2 * (x - theta - delta / 2)
+Stop when LLR >= log((1 - alpha) / beta); beta (default 0.05) bounds the probability of
+stopping a run that would have beaten theta (a false stop), alpha (default 0.2) the
+probability of letting a run with mu >= theta + delta run to the end. When LLR <=
+log(alpha / (1 - beta)) the run is accepted and no longer checked. Checks happen every
+`interval_s` seconds of training and never before `min_fraction` of the budget.
+Divergence (a NaN or inf, or a metric far above its first value) stops a run at once.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import OptimizeWarning, curve_fit
+
+WARMUP_FRACTION = 0.1  # leave out points before this share of the elapsed time
+MIN_POINTS = 5  # points needed for a fit
+MIN_HISTORY = 3  # finished runs needed before the forecast is trusted
+UNTRUSTED_SD = 1e3  # sd used while the history is too short: no stop
+Z90 = 1.6449  # two-sided 90 % normal quantile
+DIVERGE_FACTOR = 1.5  # a metric above this multiple of its first value is a divergence
+
+
+def power_law(t, a, b, c):
+    return a * np.power(t, -b) + c
+
+
+@dataclass(frozen=True)
+class Fit:
+    a: float
+    b: float
+    c: float
+    cov: np.ndarray
+
+    def predict(self, t: float) -> float:
+        return float(power_law(t, self.a, self.b, self.c))
+
+    def sd(self, t: float) -> float:
+        """Delta-method sd of L(t) from the parameter covariance."""
+        grad = np.array([t ** -self.b, -self.a * math.log(t) * t ** -self.b, 1.0])
+        var = float(grad @ self.cov @ grad)
+        return math.sqrt(var) if math.isfinite(var) and var > 0 else float("inf")
+
+
+def fit_curve(times, values) -> Fit | None:
+    """Power-law fit of the points after the warm-up; None when it cannot be fitted."""
+    t = np.asarray(times, dtype=float)
+    y = np.asarray(values, dtype=float)
+    ok = np.isfinite(t) & np.isfinite(y) & (t > 0)
+    t, y = t[ok], y[ok]
+    if len(t) == 0:
+        return None
+    keep = t >= WARMUP_FRACTION * t.max()
+    t, y = t[keep], y[keep]
+    if len(t) < MIN_POINTS:
+        return None
+    span = max(float(y.max() - y.min()), 1e-6)
+    p0 = (span * t[0] ** 0.5, 0.5, max(float(y.min()) - 0.1 * span, 0.0))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OptimizeWarning)
+            params, cov = curve_fit(power_law, t, y, p0=p0, bounds=([0, 1e-3, 0], [np.inf, 3, np.inf]),
+                                    loss="soft_l1", f_scale=span / 20 + 1e-6, max_nfev=2000)
+    except (RuntimeError, ValueError):
+        return None
+    return Fit(*map(float, params), cov=np.nan_to_num(cov, nan=np.inf))
+
+
+@dataclass(frozen=True)
+class Forecast:
+    mean: float
+    sd: float
+    fit: Fit | None
+
+    @property
+    def interval90(self) -> tuple[float, float]:
+        return self.mean - Z90 * self.sd, self.mean + Z90 * self.sd
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """A run that trained its whole budget: its curve and its final metric."""
+    times: tuple[float, ...]
+    values: tuple[float, ...]
+    final: float
+    budget: float
+
+
+def raw_forecast(times, values, budget) -> tuple[float, float, Fit] | None:
+    fit = fit_curve(times, values)
+    if fit is None:
+        return None
+    return fit.predict(budget), fit.sd(budget), fit
+
+
+class Calibration:
+    """Residuals (final - raw forecast) of finished runs, by fraction of the budget."""
+
+    def __init__(self, runs: list[FinishedRun] = ()):
+        self.runs = list(runs)
+        self.cache: dict[tuple[int, int], float | None] = {}
+
+    def add(self, run: FinishedRun) -> None:
+        self.runs.append(run)
+
+    def residuals(self, fraction: float) -> list[float]:
+        key_f = round(fraction * 40)  # share the refits of checks at about the same fraction
+        out = []
+        for i, run in enumerate(self.runs):
+            key = (i, key_f)
+            if key not in self.cache:
+                cut = fraction * run.budget
+                pts = [(t, v) for t, v in zip(run.times, run.values) if t <= cut]
+                got = raw_forecast([p[0] for p in pts], [p[1] for p in pts], run.budget) if pts else None
+                self.cache[key] = run.final - got[0] if got and math.isfinite(got[0]) else None
+            if self.cache[key] is not None:
+                out.append(self.cache[key])
+        return out
+
+
+def forecast(times, values, budget: float, calibration: Calibration) -> Forecast | None:
+    raw = raw_forecast(times, values, budget)
+    if raw is None:
+        return None
+    mean, fit_sd, fit = raw
+    fraction = max(times) / budget
+    residuals = calibration.residuals(fraction)
+    if len(residuals) < MIN_HISTORY:
+        return Forecast(mean, UNTRUSTED_SD, fit)
+    shift = statistics.median(residuals)
+    spread = statistics.stdev(residuals)
+    fit_sd = fit_sd if math.isfinite(fit_sd) else UNTRUSTED_SD
+    return Forecast(mean + shift, math.sqrt(fit_sd ** 2 + spread ** 2), fit)
+
+
+@dataclass(frozen=True)
+class Settings:
+    interval_s: float = 30.0  # seconds of training between checks
+    min_fraction: float = 0.2  # no stop before this share of the budget
+    beta: float = 0.05  # bound on stopping a run that would have beaten the threshold
+    alpha: float = 0.2  # bound on running to the end a run that misses by delta or more
+    margin_k: float = 1.0  # threshold = best + margin_k x noise floor
+    delta_k: float = 2.0  # indifference zone delta = delta_k x noise floor
+    min_noise: float = 0.002  # floor of the noise floor (metric units)
+
+
+@dataclass
+class Check:
+    t: float
+    mean: float | None
+    sd: float | None
+    low: float | None
+    high: float | None
+    llr: float | None
+    decision: str  # continue | stop | accept | diverged | no_fit
+
+
+@dataclass
+class Monitor:
+    """Watches one run: call `update(points)` with the metric points seen so far; it returns a
+    stop reason, or None. `checks` records every check; `comment` is the one-line verdict."""
+    budget: float
+    best: float | None  # best final so far (None: nothing to beat yet, no SPRT stop)
+    noise: float  # noise floor (sd of the metric between identical runs)
+    calibration: Calibration
+    settings: Settings = field(default_factory=Settings)
+    metric: str = "val_bpb"
+    checks: list[Check] = field(default_factory=list)
+    comment: str = ""
+    accepted: bool = False
+
+    @property
+    def threshold(self) -> float | None:
+        if self.best is None:
+            return None
+        return self.best + self.settings.margin_k * max(self.noise, self.settings.min_noise)
+
+    def update(self, points: list[dict]) -> str | None:
+        series = [(float(p["t"]), float(p[self.metric])) for p in points
+                  if isinstance(p.get("t"), (int, float)) and isinstance(p.get(self.metric), (int, float))]
+        if not series:
+            return None
+        times, values = [s[0] for s in series], [s[1] for s in series]
+        last_t, last_v = times[-1], values[-1]
+        if not math.isfinite(last_v) or last_v > DIVERGE_FACTOR * values[0]:
+            self.checks.append(Check(last_t, None, None, None, None, None, "diverged"))
+            self.comment = (f"diverged at {last_t:.0f} s: {self.metric} {last_v:.4g} "
+                            f"(first {values[0]:.4g})")
+            return self.comment
+        s = self.settings
+        next_check = max(s.min_fraction * self.budget, (len(self.checks) + 1) * s.interval_s)
+        if self.accepted or last_t < next_check or self.threshold is None:
+            return None
+        fc = forecast(times, values, self.budget, self.calibration)
+        if fc is None:
+            self.checks.append(Check(last_t, None, None, None, None, None, "no_fit"))
+            return None
+        theta, delta = self.threshold, s.delta_k * max(self.noise, s.min_noise)
+        llr = delta / fc.sd ** 2 * (fc.mean - theta - delta / 2)
+        low, high = fc.interval90
+        if llr >= math.log((1 - s.alpha) / s.beta):
+            decision = "stop"
+        elif llr <= math.log(s.alpha / (1 - s.beta)):
+            decision = "accept"
+        else:
+            decision = "continue"
+        self.checks.append(Check(last_t, fc.mean, fc.sd, low, high, llr, decision))
+        verdict = (f"forecast {fc.mean:.4f} ± {fc.sd:.4f} vs threshold {theta:.4f}")
+        if decision == "stop":
+            self.comment = f"stopped at {last_t:.0f} s: {verdict}"
+            return self.comment
+        if decision == "accept":
+            self.accepted = True
+        self.comment = f"{'accepted' if self.accepted else 'ran to the end'} at {last_t:.0f} s: {verdict}"
+        return None
