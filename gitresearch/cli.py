@@ -14,8 +14,10 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from . import bench as bench_mod
 from . import config as cfg
 from . import inspect as insp
+from . import selfeval
 from .gitstore import GitError, Store
 from .loop import Loop, LoopError, run_commit
 from .policies import PolicyError
@@ -128,6 +130,36 @@ def show(rev, as_json):
     except GitError as err:
         raise click.ClickException(str(err)) from err
     click.echo(json.dumps(record, indent=None if as_json else 2, sort_keys=True))
+
+
+@main.group()
+def bench():
+    """Benchmarks of the harness's parts."""
+
+
+@bench.command("early-stop")
+@click.option("--curves", "curves", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="recorded curves, one JSON object per line (benchmarks/make_curves.py)")
+@click.option("--interval", type=float, help="seconds of training between checks [default: budget / 10]")
+@click.option("--min-fraction", type=float, default=0.2, show_default=True)
+@click.option("--beta", type=float, default=0.05, show_default=True, help="false-stop bound")
+@click.option("--alpha", type=float, default=0.2, show_default=True, help="missed-stop bound")
+@click.option("--noise", type=float, default=0.007, show_default=True,
+              help="noise floor (sd of the final metric between identical runs)")
+@click.option("--method", "methods", multiple=True, type=click.Choice(bench_mod.METHODS),
+              help="methods to replay [default: all]")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per method")
+def bench_early_stop(curves, interval, min_fraction, beta, alpha, noise, methods, as_json):
+    """Replay recorded learning curves through the self-evaluation and its rivals."""
+    runs = bench_mod.load_curves(curves)
+    interval = interval or runs[0].budget / 10
+    settings = selfeval.Settings(interval_s=interval, min_fraction=min_fraction, beta=beta, alpha=alpha)
+    results = [bench_mod.replay(runs, m, settings, noise) for m in (methods or bench_mod.METHODS)]
+    if as_json:
+        for r in results:
+            click.echo(json.dumps(r))
+    else:
+        insp.print_bench(results, Console())
 
 
 if __name__ == "__main__":

@@ -142,3 +142,15 @@ class LiveProgress:
             self.task = self.progress.add_task(text, total=p["budget"])
         self.progress.update(self.task, description=text, completed=min(p["elapsed"], p["budget"]),
                              total=p["budget"])
+
+
+def print_bench(results: list[dict], console: Console) -> None:
+    table = Table(title="early stop, replayed")
+    cols = ("method", "runs", "stopped_frac", "budget_used_by_stopped", "compute_saved",
+            "false_stops", "false_stop_rate", "best_stopped", "throughput_x", "coverage90")
+    for col in cols:
+        table.add_column(col)
+    for r in results:
+        table.add_row(*[_fmt(r.get(c), ".3f") if isinstance(r.get(c), float) else str(r.get(c, "-"))
+                        for c in cols])
+    console.print(table)

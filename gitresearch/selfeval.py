@@ -67,7 +67,7 @@ class Fit:
         """Delta-method sd of L(t) from the parameter covariance."""
         grad = np.array([t ** -self.b, -self.a * math.log(t) * t ** -self.b, 1.0])
         var = float(grad @ self.cov @ grad)
-        return math.sqrt(var) if math.isfinite(var) and var > 0 else float("inf")
+        return math.sqrt(max(var, 0.0)) if math.isfinite(var) else float("inf")
 
 
 def fit_curve(times, values) -> Fit | None:
@@ -172,6 +172,17 @@ class Settings:
     min_noise: float = 0.002  # floor of the noise floor (metric units)
 
 
+def sprt(x: float, sd: float, theta: float, delta: float, settings: Settings) -> tuple[float, str]:
+    """(LLR, decision) of the Wald SPRT of H1: mu >= theta + delta against H0: mu <= theta,
+    from an observation x ~ N(mu, sd^2) that summarises all the evidence so far."""
+    llr = delta / sd ** 2 * (x - theta - delta / 2)
+    if llr >= math.log((1 - settings.alpha) / settings.beta):
+        return llr, "stop"
+    if llr <= math.log(settings.alpha / (1 - settings.beta)):
+        return llr, "accept"
+    return llr, "continue"
+
+
 @dataclass
 class Check:
     t: float
@@ -216,7 +227,8 @@ class Monitor:
                             f"(first {values[0]:.4g})")
             return self.comment
         s = self.settings
-        next_check = max(s.min_fraction * self.budget, (len(self.checks) + 1) * s.interval_s)
+        first = s.min_fraction * self.budget
+        next_check = max(first, self.checks[-1].t + s.interval_s) if self.checks else first
         if self.accepted or last_t < next_check or self.threshold is None:
             return None
         fc = forecast(times, values, self.budget, self.calibration)
@@ -224,14 +236,8 @@ class Monitor:
             self.checks.append(Check(last_t, None, None, None, None, None, "no_fit"))
             return None
         theta, delta = self.threshold, s.delta_k * max(self.noise, s.min_noise)
-        llr = delta / fc.sd ** 2 * (fc.mean - theta - delta / 2)
+        llr, decision = sprt(fc.mean, fc.sd, theta, delta, s)
         low, high = fc.interval90
-        if llr >= math.log((1 - s.alpha) / s.beta):
-            decision = "stop"
-        elif llr <= math.log(s.alpha / (1 - s.beta)):
-            decision = "accept"
-        else:
-            decision = "continue"
         self.checks.append(Check(last_t, fc.mean, fc.sd, low, high, llr, decision))
         verdict = (f"forecast {fc.mean:.4f} ± {fc.sd:.4f} vs threshold {theta:.4f}")
         if decision == "stop":
