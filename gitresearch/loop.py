@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import gitstore
+from . import gitstore, selfeval
+from . import metrics as M
 from .config import Config
 from .gitstore import Store
 from .policies import PolicyError, Proposal, State, make_policy
@@ -135,7 +136,8 @@ def validate(store: Store, config: Config, base: str, proposal: Proposal) -> str
 # -- running one commit -----------------------------------------------------------------------
 
 def run_commit(store: Store, config: Config, commit: str, run_dir: Path,
-               on_progress: Callable | None = None, stop_event: threading.Event | None = None) -> RunResult:
+               on_progress: Callable | None = None, stop_event: threading.Event | None = None,
+               should_stop: Callable | None = None) -> RunResult:
     """Check `commit` out in a worktree of its own, train it, remove the worktree."""
     run_dir.mkdir(parents=True, exist_ok=True)
     worktree = Path(tempfile.mkdtemp(prefix="wt-", dir=store.state_dir / "worktrees"))
@@ -143,7 +145,7 @@ def run_commit(store: Store, config: Config, commit: str, run_dir: Path,
     try:
         store.add_worktree(commit, worktree)
         return run_training(worktree, config, run_dir / "log.txt", run_dir / "metrics.jsonl",
-                            on_progress=on_progress, stop_event=stop_event)
+                            on_progress=on_progress, stop_event=stop_event, should_stop=should_stop)
     finally:
         store.remove_worktree(worktree)
         shutil.rmtree(worktree, ignore_errors=True)
@@ -169,6 +171,8 @@ class Loop:
         self.display = display
         self.on_progress = on_progress
         self.stop_event = threading.Event()
+        self.calibration = selfeval.Calibration()
+        self.calibrated: set[str] = set()  # run dirs already in the calibration
         (self.store.state_dir / "worktrees").mkdir(exist_ok=True)
 
     def run_dir(self, number: int) -> Path:
@@ -334,11 +338,55 @@ class Loop:
             return None
         return lambda p: self.on_progress(dict(p, experiment=number))
 
+    # -- self-evaluation -----------------------------------------------------------------------
+
+    def finished_runs(self):
+        """(run dir, final) of every run that trained its whole budget at the current budget."""
+        budget = self.config.run.budget_s
+        for exp in self.store.experiments():
+            rec = exp.record or {}
+            if rec.get("status") not in ("keep", "discard", "baseline") or rec.get("budget_s") != budget:
+                continue
+            if exp.number == 0:
+                for i, final in enumerate(rec.get("noise_runs") or []):
+                    yield self.run_dir(0) / f"noise-{i}", final
+            elif rec.get("val_bpb") is not None:
+                yield self.run_dir(exp.number), rec["val_bpb"]
+
+    def make_monitor(self) -> selfeval.Monitor | None:
+        es = self.config.early_stop
+        if not es.enabled:
+            return None
+        baseline = self.store.read_note(self.store.experiment_commit(0)) or {}
+        best = (self.store.read_note(self.store.best()) or {}).get("val_bpb")
+        name = self.config.metric.name
+        for run_dir, final in self.finished_runs():
+            metrics_file = run_dir / "metrics.jsonl"
+            if str(run_dir) in self.calibrated or not metrics_file.exists():
+                continue
+            points = [p for p in M.parse_metric_lines(metrics_file.read_text(errors="replace"))
+                      if not p.get("final") and isinstance(p.get(name), (int, float))
+                      and isinstance(p.get("t"), (int, float))]
+            self.calibrated.add(str(run_dir))
+            if points:
+                self.calibration.add(selfeval.FinishedRun(
+                    tuple(p["t"] for p in points), tuple(p[name] for p in points), final,
+                    self.config.run.budget_s))
+        # A short budget still gets about ten checks: at most a tenth of the budget apart.
+        interval = min(es.interval_s, self.config.run.budget_s / 10)
+        settings = selfeval.Settings(interval_s=interval, min_fraction=es.min_fraction,
+                                     beta=es.beta, alpha=es.alpha, margin_k=es.margin_k,
+                                     delta_k=es.delta_k)
+        return selfeval.Monitor(self.config.run.budget_s, best, baseline.get("noise_std") or 0.0,
+                                self.calibration, settings, metric=name)
+
     def run_experiment(self, number, commit, parent, description, data) -> dict | None:
         self.display(f"#{number} {description}")
         started = time.time()
+        monitor = self.make_monitor()
         result = run_commit(self.store, self.config, commit, self.run_dir(number),
-                            self._progress(number), self.stop_event)
+                            self._progress(number), self.stop_event,
+                            should_stop=monitor.update if monitor else None)
         if self.stop_event.is_set() and result.status != "ok":
             return None  # no note: the next loop runs it again
         parent_record = self.store.read_note(parent) or {}
@@ -352,6 +400,10 @@ class Loop:
                   **result_fields(result, self.store)}
         if result.metric is not None and parent_record.get("val_bpb") is not None:
             record["delta"] = result.metric - parent_record["val_bpb"]
+        if monitor is not None:
+            record["comment"] = monitor.comment
+            record["checks"] = [{k: (round(v, 6) if isinstance(v, float) else v)
+                                 for k, v in vars(c).items()} for c in monitor.checks]
         if result.status != "ok":
             record["status"] = result.status
         elif (parent == best and best_record.get("val_bpb") is not None

@@ -326,6 +326,6 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
             verdict, reason = "crash", f"{config.metric.name} is {metric}"
         else:
             verdict = "ok"
-    return RunResult(verdict, reason, metric if M.is_finite(metric) else None, summary, points,
+    return RunResult(verdict, reason, metric if verdict == "ok" else None, summary, points,
                      exit_code, round(seconds, 3), round(peak_rss / 2 ** 20, 1), str(log_path),
                      "\n".join(tail.splitlines()[-12:])[-1500:], isolated)

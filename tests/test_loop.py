@@ -201,3 +201,37 @@ def test_hook_refuses_frozen_changes(tmp_path):
     (repo / "train.py").write_text((repo / "train.py").read_text() + "\n# tweak\n")
     sh("git", "add", "train.py", cwd=repo)
     assert sh("git", "commit", "-qm", "editable", cwd=repo, check=False).returncode == 0
+
+
+def test_early_stop_in_the_loop(tmp_path):
+    repo = make_repo(tmp_path / "repo", config=(
+        "[early_stop]\ninterval_s = 0.1\nmin_fraction = 0.3\n"))
+    source = (repo / "train.py").read_text().replace("STEP_S = 0.0", "STEP_S = 0.12")
+    (repo / "train.py").write_text(source)
+    sh("git", "commit", "-qam", "slow steps", cwd=repo)
+    cli("init", cwd=repo)
+    cli("loop", "--max-experiments", "0", cwd=repo)  # the baseline: two full runs
+    store = Store(repo)
+    base = store.best()
+    variants = {"lr 0.05": ("LR = 0.1", "LR = 0.05"), "depth 5": ("DEPTH = 4", "DEPTH = 5"),
+                "depth 1": ("DEPTH = 4", "DEPTH = 1"), "depth 0": ("DEPTH = 4", "DEPTH = 0")}
+    for description, (old, new) in variants.items():
+        diff = store.make_diff("train.py", source, source.replace(old, new))
+        store.create_experiment(base, store.apply_diff(base, diff)[0], description, "test")
+    cli("loop", "--max-experiments", "4", cwd=repo)
+    rows = {r["description"]: r for r in records(repo)}
+    assert rows["lr 0.05"]["status"] == "keep" and rows["depth 5"]["status"] in ("keep", "discard")
+    for loser in ("depth 1", "depth 0"):  # finals 0.25 and 0.3 above the baseline's
+        assert rows[loser]["status"] == "early_stop", rows[loser]
+        assert rows[loser]["comment"].startswith("stopped at") and "vs threshold" in rows[loser]["comment"]
+        assert rows[loser]["val_bpb"] is None and rows[loser]["training_seconds"] < 1.0
+        note = store.read_note(rows[loser]["commit"])
+        assert note["checks"][-1]["decision"] == "stop" and note["checks"][-1]["llr"] > 0
+    from gitresearch.loop import history_window
+
+    window = {w["description"]: w for w in history_window(store, 32)}
+    assert window["depth 1"]["comment"].startswith("stopped at")
+    assert "compute saved by early stop" in cli("status", cwd=repo).stdout
+    out = cli("loop", "--max-experiments", "6", "--no-early-stop", "--seed", "2", cwd=repo).stdout
+    newest = records(repo)[:2]
+    assert all(r["status"] != "early_stop" for r in newest), out
