@@ -115,6 +115,7 @@ class GPT(nn.Module):
     def __init__(self, vocab_size, seq_len, depth=DEPTH, width=WIDTH, head_dim=HEAD_DIM,
                  mlp_ratio=MLP_RATIO):
         super().__init__()
+        width = max(head_dim, round(width / head_dim) * head_dim)  # a whole number of heads
         self.wte = nn.Embedding(vocab_size, width)
         self.blocks = nn.ModuleList(Block(width, head_dim, mlp_ratio) for _ in range(depth))
         self.lm_head = nn.Linear(width, vocab_size, bias=False)
