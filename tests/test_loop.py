@@ -235,3 +235,14 @@ def test_early_stop_in_the_loop(tmp_path):
     out = cli("loop", "--max-experiments", "6", "--no-early-stop", "--seed", "2", cwd=repo).stdout
     newest = records(repo)[:2]
     assert all(r["status"] != "early_stop" for r in newest), out
+
+
+def test_run_one_commit_writes_nothing(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    cli("init", cwd=repo)
+    refs = sh("git", "for-each-ref", cwd=repo).stdout
+    out = cli("run", "HEAD", "--json", cwd=repo).stdout
+    result = json.loads(out.splitlines()[-1])
+    assert result["status"] == "ok" and result["val_bpb"] == pytest.approx(2.2)
+    assert sh("git", "for-each-ref", cwd=repo).stdout == refs
+    assert not (Store(repo).state_dir / "runs").exists()
