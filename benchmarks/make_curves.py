@@ -1,6 +1,6 @@
 """Records a learning-curve corpus from the bundled target, for replaying the self-evaluation.
 
-    python benchmarks/make_curves.py --out benchmarks/curves/nanochat_cpu.jsonl           # 64 runs
+    python benchmarks/make_curves.py --out benchmarks/data/nanochat_cpu.jsonl             # 64 runs
     python benchmarks/make_curves.py --runs 8 --budget 20 --parallel 2 --out /tmp/c.jsonl
 
 Each run copies target_repo/, rewrites some module-level constants of train.py (a config
@@ -11,9 +11,8 @@ GITRESEARCH_METRICS point. Runs go --parallel at a time with OMP_NUM_THREADS spl
 
 Output: one JSON object per run and line, the curve-corpus format that
 `gitresearch bench early-stop --curves FILE` replays:
-{"id": str, "budget_s": float, "config": {constant: value}, "status": "ok" | "diverged" |
- "crash", "final": float | null, "points": [{"t": training seconds, "step", "val_bpb",
- "train_loss"}, ...]}
+{"id": str, "budget_s": float, "points": [[t_seconds, val_bpb], ...], "final": float | null,
+ "status": "ok" | "diverged" | "crash", "config": {constant: value}}
 `final` is the run's final val_bpb (the full evaluation at the end of the budget); the
 points before it are the cheap periodic estimates.
 """
@@ -76,10 +75,9 @@ def run_config(index: int, config: dict, budget: float, threads: int, cache: str
     final = next((p["val_bpb"] for p in points if p.get("final")), None)
     status = "ok" if proc.returncode == 0 and final is not None else (
         "diverged" if "diverged" in proc.stdout else "crash")
-    curve = [{k: p[k] for k in ("t", "step", "val_bpb", "train_loss") if k in p}
-             for p in points if not p.get("final")]
-    return {"id": f"nanochat-cpu-{index:03d}", "budget_s": budget, "config": config,
-            "status": status, "final": final, "points": curve}
+    curve = [[p["t"], p["val_bpb"]] for p in points if not p.get("final") and "val_bpb" in p]
+    return {"id": f"nanochat-cpu-{index:03d}", "budget_s": budget, "points": curve,
+            "final": final, "status": status, "config": config}
 
 
 def main() -> int:

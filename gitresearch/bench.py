@@ -8,7 +8,9 @@ let finish (a stopped run's final is unknown to it), and, for ours, the calibrat
 of those runs.
 
 Curve file format (one JSON object per line, see benchmarks/make_curves.py):
-    {"id", "budget_s", "status", "final", "points": [{"t", "val_bpb", ...}, ...]}
+    {"id": str, "budget_s": float, "points": [[t_seconds, val_bpb], ...], "final": float}
+`final` is null (or absent) for a run that crashed or diverged; points may also be objects
+{"t": ..., "val_bpb": ...}; non-finite values are kept (they are a divergence).
 
 Figures per method (fractions in [0, 1]):
     runs, stopped_frac, budget_used_by_stopped (mean share of the budget a stopped run used),
@@ -54,9 +56,13 @@ def load_curves(path: Path) -> list[Run]:
         if not line.strip():
             continue
         rec = json.loads(line)
-        pts = [p for p in rec["points"] if isinstance(p.get("val_bpb"), (int, float))]
-        runs.append(Run(rec["id"], float(rec["budget_s"]), rec.get("final"),
-                        [float(p["t"]) for p in pts], [float(p["val_bpb"]) for p in pts]))
+        pairs = [(p["t"], p.get("val_bpb")) if isinstance(p, dict) else (p[0], p[1])
+                 for p in rec["points"]]
+        pairs = [(float(t), float("nan") if v is None else float(v)) for t, v in pairs]
+        final = rec.get("final")
+        final = float(final) if isinstance(final, (int, float)) and math.isfinite(final) else None
+        runs.append(Run(str(rec["id"]), float(rec["budget_s"]), final,
+                        [t for t, _ in pairs], [v for _, v in pairs]))
     if not runs:
         raise ValueError(f"{path}: no curves")
     return runs

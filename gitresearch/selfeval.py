@@ -156,9 +156,12 @@ def forecast(times, values, budget: float, calibration: Calibration) -> Forecast
     if len(residuals) < MIN_HISTORY:
         return Forecast(mean, UNTRUSTED_SD, fit)
     shift = statistics.median(residuals)
-    spread = statistics.stdev(residuals)
+    # robust spread (scaled MAD): one odd run must not blind the test for everyone else
+    spread = 1.4826 * statistics.median(abs(r - shift) for r in residuals)
     fit_sd = fit_sd if math.isfinite(fit_sd) else UNTRUSTED_SD
-    return Forecast(mean + shift, math.sqrt(fit_sd ** 2 + spread ** 2), fit)
+    # the residuals already hold a typical run's fit error; a run fitted worse than typical
+    # widens its own interval
+    return Forecast(mean + shift, max(spread, fit_sd, 1e-4), fit)
 
 
 @dataclass(frozen=True)
