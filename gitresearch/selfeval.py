@@ -8,14 +8,15 @@ warm-up, the fastest fall of the loss) that a power law fits badly and that says
 the end; keeping the later 90 % of what was seen keeps enough points for a stable fit. Spikes
 and non-monotone stretches are damped by a soft-L1 loss (robust least squares).
 
-The forecast. F = L(T) at the budget T, plus a correction learned from finished runs: the
-fitted curve is biased at the budget (the learning-rate warm-down at the end, and a cheap
-periodic estimate that is not the final evaluation), so for each earlier run that ran its
-full budget we refit its curve truncated at the same fraction of the budget and record
-residual = final - forecast. The forecast is F + median(residuals); its predictive sd is
-sqrt(fit variance from the covariance, propagated by the delta method + spread of those
-residuals). With fewer than MIN_HISTORY finished runs the sd is inflated so nothing is stopped
-on a guess. The 90 % interval F +- 1.645 sd is reported with every check.
+The forecast. Two raw forecasts of the final value come from the fit: `extrapolate` = L(T) at
+the budget T, and `anchor` = L(t_now), a smoothed current value. Both are biased (the
+learning-rate warm-down at the end, a cheap periodic estimate that is not the final
+evaluation), so each is calibrated on the runs that trained their whole budget: such a run is
+refitted truncated at the same fraction of the budget and residual = final - raw forecast is
+recorded. The forecast is the raw forecast whose residuals are tighter, plus their median; its
+sd is their split-conformal 90 % half-width / 1.645 (for `extrapolate`, at least the fit's
+delta-method sd). With fewer than MIN_HISTORY finished runs the sd is UNTRUSTED_SD, so
+nothing is stopped on a guess. The 90 % interval F +- 1.645 sd is reported with every check.
 
 The decision: a Wald SPRT on the final value mu of this run, with threshold theta = best so
 far + k x noise floor (config) and an indifference zone delta (config, in noise-floor units):
@@ -99,6 +100,7 @@ class Forecast:
     mean: float
     sd: float
     fit: Fit | None
+    kind: str = "extrapolate"  # which raw forecast the calibration chose
 
     @property
     def interval90(self) -> tuple[float, float]:
@@ -114,11 +116,14 @@ class FinishedRun:
     budget: float
 
 
-def raw_forecast(times, values, budget) -> tuple[float, float, Fit] | None:
+def raw_forecasts(times, values, budget) -> tuple[dict[str, float], float, Fit] | None:
+    """The two raw forecasts of L(budget) from one fit: `extrapolate` (the fitted curve at the
+    budget) and `anchor` (the fitted curve now, a smoothed current value), with the fit's sd
+    at the budget."""
     fit = fit_curve(times, values)
     if fit is None:
         return None
-    return fit.predict(budget), fit.sd(budget), fit
+    return {"extrapolate": fit.predict(budget), "anchor": fit.predict(max(times))}, fit.sd(budget), fit
 
 
 class Calibration:
@@ -126,42 +131,57 @@ class Calibration:
 
     def __init__(self, runs: list[FinishedRun] = ()):
         self.runs = list(runs)
-        self.cache: dict[tuple[int, int], float | None] = {}
+        self.cache: dict[tuple[int, int], dict[str, float] | None] = {}
 
     def add(self, run: FinishedRun) -> None:
         self.runs.append(run)
 
-    def residuals(self, fraction: float) -> list[float]:
+    def residuals(self, fraction: float) -> dict[str, list[float]]:
         key_f = round(fraction * 40)  # share the refits of checks at about the same fraction
-        out = []
+        out = {"extrapolate": [], "anchor": []}
         for i, run in enumerate(self.runs):
             key = (i, key_f)
             if key not in self.cache:
                 cut = fraction * run.budget
                 pts = [(t, v) for t, v in zip(run.times, run.values) if t <= cut]
-                got = raw_forecast([p[0] for p in pts], [p[1] for p in pts], run.budget) if pts else None
-                self.cache[key] = run.final - got[0] if got and math.isfinite(got[0]) else None
+                got = raw_forecasts([p[0] for p in pts], [p[1] for p in pts], run.budget) if pts else None
+                ok = got and all(math.isfinite(v) for v in got[0].values())
+                self.cache[key] = {k: run.final - v for k, v in got[0].items()} if ok else None
             if self.cache[key] is not None:
-                out.append(self.cache[key])
+                for k, v in self.cache[key].items():
+                    out[k].append(v)
         return out
 
 
+def _conformal_sd(values: list[float], center: float) -> float:
+    """Split-conformal 90 % half-width of the residuals around their median, as a normal sd:
+    the ceil((n + 1) x 0.9)-th smallest absolute deviation / 1.645 (exchangeable runs get at
+    least 90 % coverage; one odd run moves it by one order statistic, not by its size)."""
+    deviations = sorted(abs(v - center) for v in values)
+    rank = min(len(deviations), math.ceil((len(deviations) + 1) * 0.9))
+    return deviations[rank - 1] / Z90
+
+
 def forecast(times, values, budget: float, calibration: Calibration) -> Forecast | None:
-    raw = raw_forecast(times, values, budget)
+    """The calibrated forecast: of the two raw forecasts, the one whose residuals on finished
+    runs at this fraction of the budget are tighter (split-conformal spread), shifted by its
+    median residual."""
+    raw = raw_forecasts(times, values, budget)
     if raw is None:
         return None
-    mean, fit_sd, fit = raw
-    fraction = max(times) / budget
-    residuals = calibration.residuals(fraction)
-    if len(residuals) < MIN_HISTORY:
-        return Forecast(mean, UNTRUSTED_SD, fit)
-    shift = statistics.median(residuals)
-    # robust spread (scaled MAD): one odd run must not blind the test for everyone else
-    spread = 1.4826 * statistics.median(abs(r - shift) for r in residuals)
-    fit_sd = fit_sd if math.isfinite(fit_sd) else UNTRUSTED_SD
-    # the residuals already hold a typical run's fit error; a run fitted worse than typical
-    # widens its own interval
-    return Forecast(mean + shift, max(spread, fit_sd, 1e-4), fit)
+    means, fit_sd, fit = raw
+    residuals = calibration.residuals(max(times) / budget)
+    if len(residuals["anchor"]) < MIN_HISTORY:
+        return Forecast(means["extrapolate"], UNTRUSTED_SD, fit)
+    options = []
+    for kind, res in residuals.items():
+        shift = statistics.median(res)
+        spread = _conformal_sd(res, shift)
+        if kind == "extrapolate":  # a run fitted worse than typical widens its own interval
+            spread = max(spread, fit_sd if math.isfinite(fit_sd) else UNTRUSTED_SD)
+        options.append((max(spread, 1e-4), means[kind] + shift, kind))
+    sd, mean, kind = min(options)
+    return Forecast(mean, sd, fit, kind)
 
 
 @dataclass(frozen=True)
@@ -171,7 +191,7 @@ class Settings:
     beta: float = 0.05  # bound on stopping a run that would have beaten the threshold
     alpha: float = 0.2  # bound on running to the end a run that misses by delta or more
     margin_k: float = 1.0  # threshold = best + margin_k x noise floor
-    delta_k: float = 2.0  # indifference zone delta = delta_k x noise floor
+    delta_k: float = 4.0  # indifference zone delta = delta_k x noise floor
     min_noise: float = 0.002  # floor of the noise floor (metric units)
 
 
