@@ -21,6 +21,8 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class RunConfig:
     command: tuple[str, ...] = ("python", "train.py")  # run in the experiment worktree root
+    setup: tuple[str, ...] = ()  # run once per loop before any training (data preparation)
+    setup_timeout_s: float = 3600.0  # wall seconds allowed for the setup command
     budget_s: float = 300.0  # training seconds per experiment (GITRESEARCH_BUDGET_S)
     grace_s: float = 60.0  # extra wall seconds for start-up and final evaluation
     term_grace_s: float = 5.0  # seconds between SIGTERM and SIGKILL

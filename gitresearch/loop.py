@@ -24,7 +24,7 @@ from .config import Config
 from .gitstore import Store
 from .policies import PolicyError, Proposal, State, make_policy
 from .policies.random_search import diff_sha
-from .runner import RunResult, kill_orphans, run_training
+from .runner import RunResult, SetupError, kill_orphans, run_setup, run_training
 
 MAX_DIFF_BYTES = 64 * 1024  # larger proposals are invalid
 HISTORY_DIFF_CHARS = 1500  # diff text kept per history-window entry
@@ -197,6 +197,7 @@ class Loop:
         self.clean_leftovers()
         if self.store.best() is None:
             self.store.create_best(self.store.resolve("HEAD"))
+        self.setup()
         baseline = self.ensure_baseline()
         if baseline is None:
             report.stop_reason = "interrupted"
@@ -231,6 +232,22 @@ class Loop:
             report.ran += 1
             report.kept += record["status"] == "keep"
             report.records.append(record)
+
+    def setup(self) -> None:
+        """The config's setup command, once per loop, in a worktree of best, untimed."""
+        if not self.config.run.setup:
+            return
+        worktree = Path(tempfile.mkdtemp(prefix="wt-", dir=self.store.state_dir / "worktrees"))
+        worktree.rmdir()
+        try:
+            self.store.add_worktree(self.store.best(), worktree)
+            self.display(f"setup: {' '.join(self.config.run.setup)}")
+            run_setup(worktree, self.config, self.store.state_dir / "runs" / "setup.log")
+        except SetupError as err:
+            raise LoopError(str(err)) from err
+        finally:
+            self.store.remove_worktree(worktree)
+            shutil.rmtree(worktree, ignore_errors=True)
 
     def clean_leftovers(self) -> None:
         """Training processes and worktrees left by a loop that was killed (we hold the lock)."""

@@ -213,6 +213,32 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else "(no output)"
 
 
+class SetupError(RuntimeError):
+    pass
+
+
+def run_setup(workdir: Path, config: Config, log_path: Path) -> None:
+    """Run `[run] setup` (e.g. data preparation) once, untimed, with the training environment."""
+    if not config.run.setup:
+        return
+    command = list(config.run.setup)
+    if command[0] in ("python", "python3"):
+        command[0] = sys.executable
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        try:
+            proc = subprocess.run(command, cwd=workdir, env=clean_env(config.run.env_allow),
+                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=config.run.setup_timeout_s)
+        except subprocess.TimeoutExpired:
+            raise SetupError(f"setup `{' '.join(config.run.setup)}` took over "
+                             f"{config.run.setup_timeout_s:g} s; log: {log_path}") from None
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace")[-2000:]
+        raise SetupError(f"setup `{' '.join(config.run.setup)}` exited {proc.returncode}; "
+                         f"log: {log_path}\n{tail}")
+
+
 def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Path,
                  on_progress: Callable[[dict], None] | None = None,
                  should_stop: Callable[[list[dict]], str | None] | None = None,

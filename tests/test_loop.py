@@ -246,3 +246,17 @@ def test_run_one_commit_writes_nothing(tmp_path):
     assert result["status"] == "ok" and result["val_bpb"] == pytest.approx(2.2)
     assert sh("git", "for-each-ref", cwd=repo).stdout == refs
     assert not (Store(repo).state_dir / "runs").exists()
+
+
+def test_setup_runs_once_untimed_and_failures_are_clear(tmp_path):
+    repo = make_repo(tmp_path / "repo", config="")
+    toml = (repo / "gitresearch.toml").read_text().replace(
+        "[run]\n", '[run]\nsetup = ["python", "-c", "open(\'setup-ran\', \'w\').write(\'x\')"]\n')
+    (repo / "gitresearch.toml").write_text(toml)
+    sh("git", "commit", "-qam", "setup", cwd=repo)
+    cli("init", cwd=repo)
+    out = cli("loop", "--max-experiments", "1", cwd=repo).stderr
+    assert out.count("setup: python -c") == 1
+    (repo / "gitresearch.toml").write_text(toml.replace("open(", "exit(3) or open("))
+    failed = cli("loop", "--max-experiments", "2", cwd=repo, check=False)
+    assert failed.returncode == 1 and "exited 3" in failed.stderr
