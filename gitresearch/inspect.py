@@ -145,12 +145,14 @@ class LiveProgress:
 
 
 def print_bench(results: list[dict], console: Console) -> None:
+    """Methods as columns, figures as rows, so that it fits a terminal."""
     table = Table(title="early stop, replayed")
-    cols = ("method", "runs", "stopped_frac", "budget_used_by_stopped", "compute_saved",
-            "false_stops", "false_stop_rate", "best_stopped", "throughput_x", "coverage90")
-    for col in cols:
-        table.add_column(col)
+    table.add_column("figure")
     for r in results:
-        table.add_row(*[_fmt(r.get(c), ".3f") if isinstance(r.get(c), float) else str(r.get(c, "-"))
-                        for c in cols])
+        table.add_column(r["method"], justify="right")
+    for key in ("runs", "stopped_frac", "budget_used_by_stopped", "compute_saved", "false_stops",
+                "false_stop_rate", "best_stopped", "throughput_x", "coverage90"):
+        cells = [_fmt(r.get(key), ".3f") if isinstance(r.get(key), float) else str(r.get(key, "-"))
+                 for r in results]
+        table.add_row(key, *cells)
     console.print(table)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.optimize import OptimizeWarning, curve_fit
+from scipy.stats import theilslopes
 
 WARMUP_FRACTION = 0.1  # leave out points before this share of the elapsed time
 MIN_POINTS = 5  # points needed for a fit
@@ -98,13 +99,15 @@ def fit_curve(times, values) -> Fit | None:
 @dataclass(frozen=True)
 class Forecast:
     mean: float
-    sd: float
+    sd: float  # scale of how far below `mean` the final may land (what a false stop needs)
     fit: Fit | None
-    kind: str = "extrapolate"  # which raw forecast the calibration chose
+    kind: str = "extrapolate"  # which calibrated forecast was chosen
+    upper: float | None = None  # one-sided 95 % bound of how far above `mean` it may land
 
     @property
     def interval90(self) -> tuple[float, float]:
-        return self.mean - Z90 * self.sd, self.mean + Z90 * self.sd
+        high = self.upper if self.upper is not None else Z90 * self.sd
+        return self.mean - Z90 * self.sd, self.mean + high
 
 
 @dataclass(frozen=True)
@@ -132,11 +135,19 @@ class Calibration:
     def __init__(self, runs: list[FinishedRun] = ()):
         self.runs = list(runs)
         self.cache: dict[tuple[int, int], dict[str, float] | None] = {}
+        self.models: dict[tuple, tuple] = {}  # (fraction key, runs, option) -> _calibrate()
+
+    def model(self, fraction: float, option: str, pairs: list[tuple[float, float]]):
+        key = (round(fraction * 40), len(self.runs), option)
+        if key not in self.models:
+            self.models[key] = _calibrate(pairs)
+        return self.models[key]
 
     def add(self, run: FinishedRun) -> None:
         self.runs.append(run)
 
-    def residuals(self, fraction: float) -> dict[str, list[float]]:
+    def residuals(self, fraction: float) -> dict[str, list[tuple[float, float]]]:
+        """(raw forecast, final) pairs of the finished runs, per kind of raw forecast."""
         key_f = round(fraction * 40)  # share the refits of checks at about the same fraction
         out = {"extrapolate": [], "anchor": []}
         for i, run in enumerate(self.runs):
@@ -146,42 +157,86 @@ class Calibration:
                 pts = [(t, v) for t, v in zip(run.times, run.values) if t <= cut]
                 got = raw_forecasts([p[0] for p in pts], [p[1] for p in pts], run.budget) if pts else None
                 ok = got and all(math.isfinite(v) for v in got[0].values())
-                self.cache[key] = {k: run.final - v for k, v in got[0].items()} if ok else None
+                self.cache[key] = dict(got[0]) if ok else None
             if self.cache[key] is not None:
                 for k, v in self.cache[key].items():
-                    out[k].append(v)
+                    out[k].append((v, run.final))
         return out
 
 
-def _conformal_sd(values: list[float], center: float) -> float:
-    """Split-conformal 90 % half-width of the residuals around their median, as a normal sd:
-    the ceil((n + 1) x 0.9)-th smallest absolute deviation / 1.645 (exchangeable runs get at
-    least 90 % coverage; one odd run moves it by one order statistic, not by its size)."""
-    deviations = sorted(abs(v - center) for v in values)
-    rank = min(len(deviations), math.ceil((len(deviations) + 1) * 0.9))
-    return deviations[rank - 1] / Z90
+def _conformal(values: list[float], level: float = 0.95) -> float:
+    """Split-conformal one-sided bound: the ceil((n + 1) x level)-th smallest of `values`
+    (exchangeable runs stay under it with probability >= level; one odd run moves it by one
+    order statistic, not by its size)."""
+    ordered = sorted(values)
+    rank = min(len(ordered), math.ceil((len(ordered) + 1) * level))
+    return max(ordered[rank - 1], 0.0)
+
+
+def _conformal_sd(residuals: list[float], center: float = 0.0) -> float:
+    """How far below the prediction a final can land (residual = final - prediction), as the
+    sd of a normal with the same one-sided 95 % bound. Only this side makes false stops: a run
+    that ends worse than predicted is never wrongly stopped."""
+    return _conformal([center - r for r in residuals]) / Z90
+
+
+BLEND_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # weights of `extrapolate` against `anchor`
+MIN_REGRESSION = 6  # finished runs needed to fit a slope, not only a shift
+
+
+def _line(pairs: list[tuple[float, float]]) -> tuple[float, float]:
+    """(intercept, slope) of final ~ intercept + slope x raw: Theil-Sen, robust to odd runs;
+    a shift only (slope 1) while the history is short."""
+    raws = [r for r, _ in pairs]
+    if len(pairs) >= MIN_REGRESSION and max(raws) - min(raws) > 1e-9:
+        slope = min(max(float(theilslopes([f for _, f in pairs], raws)[0]), 0.0), 2.0)
+    else:
+        slope = 1.0
+    return statistics.median(f - slope * r for r, f in pairs), slope
+
+
+def _calibrate(pairs: list[tuple[float, float]]):
+    """The calibration line and its leave-one-out residuals (final - prediction of a line
+    fitted without that run): out-of-sample errors, so the spread is honest for a new run."""
+    intercept, slope = _line(pairs)
+    loo = []
+    for j, (raw, final) in enumerate(pairs):
+        a, b = _line(pairs[:j] + pairs[j + 1:])
+        loo.append(final - (a + b * raw))
+    return (lambda x: intercept + slope * x), loo
 
 
 def forecast(times, values, budget: float, calibration: Calibration) -> Forecast | None:
-    """The calibrated forecast: of the two raw forecasts, the one whose residuals on finished
-    runs at this fraction of the budget are tighter (split-conformal spread), shifted by its
-    median residual."""
+    """The calibrated forecast: for each blend w x extrapolate + (1 - w) x anchor (w in
+    BLEND_WEIGHTS), regress the finals of finished runs on their blended raw forecasts at this
+    fraction of the budget; use the blend whose residuals are tightest (split-conformal)."""
     raw = raw_forecasts(times, values, budget)
     if raw is None:
         return None
     means, fit_sd, fit = raw
-    residuals = calibration.residuals(max(times) / budget)
-    if len(residuals["anchor"]) < MIN_HISTORY:
+    history = calibration.residuals(max(times) / budget)
+    if len(history["anchor"]) < MIN_HISTORY:
         return Forecast(means["extrapolate"], UNTRUSTED_SD, fit)
+    fit_sd = fit_sd if math.isfinite(fit_sd) else UNTRUSTED_SD
     options = []
-    for kind, res in residuals.items():
-        shift = statistics.median(res)
-        spread = _conformal_sd(res, shift)
-        if kind == "extrapolate":  # a run fitted worse than typical widens its own interval
-            spread = max(spread, fit_sd if math.isfinite(fit_sd) else UNTRUSTED_SD)
-        options.append((max(spread, 1e-4), means[kind] + shift, kind))
-    sd, mean, kind = min(options)
-    return Forecast(mean, sd, fit, kind)
+    # relative: the gap to the best finished run at the same time predicts the gap at the end
+    # (what both runs share, the warm-down drop and the estimate-vs-final gap, cancels)
+    anchor_ref, final_ref = min(history["anchor"], key=lambda pair: pair[1])
+    fraction = max(times) / budget
+    pairs = [(a - anchor_ref, final - final_ref) for a, final in history["anchor"]]
+    predict, res = calibration.model(fraction, "relative", pairs)
+    options.append((max(_conformal_sd(res), 1e-4), final_ref + predict(means["anchor"] - anchor_ref),
+                    "relative", _conformal(res)))
+    for w in BLEND_WEIGHTS:
+        pairs = [(w * e + (1 - w) * a, final) for (e, final), (a, _) in
+                 zip(history["extrapolate"], history["anchor"])]
+        predict, res = calibration.model(fraction, f"w={w:g}", pairs)
+        # a run fitted worse than typical widens its own interval, in proportion to w
+        spread = max(_conformal_sd(res), w * fit_sd, 1e-4)
+        options.append((spread, predict(w * means["extrapolate"] + (1 - w) * means["anchor"]),
+                        f"w={w:g}", max(_conformal(res), Z90 * w * fit_sd)))
+    sd, mean, kind, upper = min(options, key=lambda option: option[0])
+    return Forecast(mean, sd, fit, kind, upper)
 
 
 @dataclass(frozen=True)
@@ -250,9 +305,10 @@ class Monitor:
                             f"(first {values[0]:.4g})")
             return self.comment
         s = self.settings
-        first = s.min_fraction * self.budget
-        next_check = max(first, self.checks[-1].t + s.interval_s) if self.checks else first
-        if self.accepted or last_t < next_check or self.threshold is None:
+        # checks on a fixed grid from min_fraction on; a point a little before its due time
+        # (points come at the run's own pace) still serves that check
+        due = s.min_fraction * self.budget + len(self.checks) * s.interval_s
+        if self.accepted or last_t < due - 0.25 * s.interval_s or self.threshold is None:
             return None
         fc = forecast(times, values, self.budget, self.calibration)
         if fc is None:

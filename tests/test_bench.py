@@ -43,3 +43,18 @@ def test_bench_reports_every_method(tmp_path):
     assert 0.0 <= ours["coverage90"] <= 1.0 and ours["trusted_checks"] > 0
     table = cli("bench", "early-stop", "--curves", str(corpus), "--method", "ours", cwd=tmp_path).stdout
     assert "replayed" in table and "ours" in table
+
+
+def test_corpus_format_pairs_null_final_and_nan(tmp_path):
+    from gitresearch.bench import load_curves
+
+    path = tmp_path / "c.jsonl"
+    path.write_text(
+        json.dumps({"id": "a", "budget_s": 10.0, "points": [[1.0, 3.0], [2.0, 2.5]], "final": 2.0}) + "\n"
+        + json.dumps({"id": "b", "budget_s": 10.0, "points": [[1.0, 3.0], [2.0, None]], "final": None}) + "\n"
+        + json.dumps({"id": "c", "budget_s": 10.0, "points": [{"t": 1.0, "val_bpb": 3.1}], "final": 2.1}) + "\n")
+    runs = load_curves(path)
+    assert [r.id for r in runs] == ["a", "b", "c"]
+    assert runs[0].times == [1.0, 2.0] and runs[0].final == 2.0 and runs[0].end == 10.0
+    assert runs[1].final is None and runs[1].end == 2.0 and str(runs[1].values[1]) == "nan"
+    assert runs[2].values == [3.1]
