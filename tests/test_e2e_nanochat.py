@@ -21,7 +21,9 @@ def test_loop_on_the_bundled_target(tmp_path, nanochat_cache):
     assert len(rows) == 3 and rows[-1]["status"] == "baseline"
     baseline = Store(repo).read_note(Store(repo).experiment_commit(0))
     assert len(baseline["noise_runs"]) == 2 and baseline["val_bpb"] < 3.6  # it learned in 3 s
-    assert all(r["status"] in ("keep", "discard", "crash", "early_stop") for r in rows[:-1])
+    # any recorded outcome is fine here (a deep mutation can even time out on a loaded CPU)
+    assert all(r["status"] in ("keep", "discard", "crash", "early_stop", "timeout", "invalid")
+               for r in rows[:-1])
     assert sh("git", "rev-parse", "HEAD", cwd=repo).stdout == head
     assert sh("git", "status", "--porcelain", cwd=repo).stdout == ""
     assert "gitresearch #0 | baseline | val_bpb" in sh("git", "log", "best", cwd=repo).stdout
