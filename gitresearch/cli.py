@@ -143,7 +143,7 @@ def bench():
 @click.option("--interval", type=float, help="seconds of training between checks [default: budget / 10]")
 @click.option("--min-fraction", type=float, default=0.2, show_default=True)
 @click.option("--beta", type=float, default=0.05, show_default=True, help="false-stop bound")
-@click.option("--alpha", type=float, default=0.2, show_default=True, help="missed-stop bound")
+@click.option("--alpha", type=float, default=0.01, show_default=True, help="missed-stop bound")
 @click.option("--noise", type=float, default=0.007, show_default=True,
               help="noise floor (sd of the final metric between identical runs)")
 @click.option("--method", "methods", multiple=True, type=click.Choice(bench_mod.METHODS),

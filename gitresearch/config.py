@@ -58,7 +58,7 @@ class EarlyStopConfig:
     interval_s: float = 30.0  # seconds of training between checks
     min_fraction: float = 0.2  # no stop before this share of the budget
     beta: float = 0.05  # bound on stopping a run that would have beaten the threshold
-    alpha: float = 0.2  # bound on running to the end a run that misses by delta or more
+    alpha: float = 0.01  # bound on running to the end a run that misses by delta or more
     margin_k: float = 1.0  # threshold = best + margin_k x noise floor
     delta_k: float = 4.0  # indifference zone = delta_k x noise floor
 

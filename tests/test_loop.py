@@ -214,11 +214,12 @@ def test_early_stop_in_the_loop(tmp_path):
     store = Store(repo)
     base = store.best()
     variants = {"lr 0.05": ("LR = 0.1", "LR = 0.05"), "depth 5": ("DEPTH = 4", "DEPTH = 5"),
+                "lr 0.09": ("LR = 0.1", "LR = 0.09"), "lr 0.11": ("LR = 0.1", "LR = 0.11"),
                 "depth 1": ("DEPTH = 4", "DEPTH = 1"), "depth 0": ("DEPTH = 4", "DEPTH = 0")}
     for description, (old, new) in variants.items():
         diff = store.make_diff("train.py", source, source.replace(old, new))
         store.create_experiment(base, store.apply_diff(base, diff)[0], description, "test")
-    cli("loop", "--max-experiments", "4", cwd=repo)
+    cli("loop", "--max-experiments", "6", cwd=repo)  # 2 noise runs + 4 full runs calibrate
     rows = {r["description"]: r for r in records(repo)}
     assert rows["lr 0.05"]["status"] == "keep" and rows["depth 5"]["status"] in ("keep", "discard")
     for loser in ("depth 1", "depth 0"):  # finals 0.25 and 0.3 above the baseline's
@@ -232,7 +233,7 @@ def test_early_stop_in_the_loop(tmp_path):
     window = {w["description"]: w for w in history_window(store, 32)}
     assert window["depth 1"]["comment"].startswith("stopped at")
     assert "compute saved by early stop" in cli("status", cwd=repo).stdout
-    out = cli("loop", "--max-experiments", "6", "--no-early-stop", "--seed", "2", cwd=repo).stdout
+    out = cli("loop", "--max-experiments", "8", "--no-early-stop", "--seed", "2", cwd=repo).stdout
     newest = records(repo)[:2]
     assert all(r["status"] != "early_stop" for r in newest), out
 

@@ -60,7 +60,8 @@ def curve(a, b, c, budget=100.0, n=40, end_drop=0.0):
 
 def history(budget=100.0):
     runs = []
-    for a, b, c in [(1.0, 0.5, 2.0), (1.2, 0.6, 2.05), (0.8, 0.4, 1.98), (1.1, 0.5, 2.1)]:
+    for a, b, c in [(1.0, 0.5, 2.0), (1.2, 0.6, 2.05), (0.8, 0.4, 1.98), (1.1, 0.5, 2.1),
+                    (0.9, 0.45, 2.02), (1.05, 0.55, 2.07), (0.95, 0.5, 1.99)]:
         points = curve(a, b, c, budget, end_drop=0.03)
         runs.append(FinishedRun(tuple(p["t"] for p in points), tuple(p["val_bpb"] for p in points),
                                 points[-1]["val_bpb"], budget))
