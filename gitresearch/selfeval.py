@@ -123,13 +123,19 @@ class FinishedRun:
     budget: float
 
 
-def raw_forecasts(times, values, budget) -> tuple[dict[str, float], float, Fit] | None:
+def raw_forecasts(times, values, budget) -> tuple[dict[str, float], float, Fit | None] | None:
     """The two raw forecasts of L(budget) from one fit: `extrapolate` (the fitted curve at the
     budget) and `anchor` (the fitted curve now, a smoothed current value), with the fit's sd
-    at the budget."""
+    at the budget. When no power law fits yet (a plateau, too few points after the warm-up),
+    both are the median of the last three values and the fit's sd is infinite, so only the
+    anchored candidates can be chosen."""
     fit = fit_curve(times, values)
     if fit is None:
-        return None
+        recent = [v for v in values[-3:] if math.isfinite(v)]
+        if len(values) < MIN_POINTS or len(recent) < 3:
+            return None
+        level = statistics.median(recent)
+        return {"extrapolate": level, "anchor": level}, float("inf"), None
     return {"extrapolate": fit.predict(budget), "anchor": fit.predict(max(times))}, fit.sd(budget), fit
 
 
