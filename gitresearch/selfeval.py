@@ -174,13 +174,22 @@ class Calibration:
         return out
 
 
-def _conformal(values: list[float], level: float = 0.95) -> float:
+def _conformal(values: list[float], level: float = 0.95, widen_small: bool = False) -> float:
     """Split-conformal one-sided bound: the ceil((n + 1) x level)-th smallest of `values`
     (exchangeable runs stay under it with probability >= level; one odd run moves it by one
-    order statistic, not by its size)."""
+    order statistic, not by its size). With too few runs for that order statistic, the
+    largest value; `widen_small` then also takes a normal prediction bound from the sample
+    spread when it is wider (used for the reported interval)."""
     ordered = sorted(values)
-    rank = min(len(ordered), math.ceil((len(ordered) + 1) * level))
-    return max(ordered[rank - 1], 0.0)
+    n = len(ordered)
+    rank = math.ceil((n + 1) * level)
+    if rank <= n:
+        return max(ordered[rank - 1], 0.0)
+    if not widen_small or n < 2:
+        return max(ordered[-1], 0.0)
+    mean, sd = statistics.fmean(ordered), statistics.stdev(ordered)
+    z = statistics.NormalDist().inv_cdf(level)
+    return max(ordered[-1], mean + z * sd * math.sqrt(1 + 1 / n), 0.0)
 
 
 def _conformal_sd(residuals: list[float], center: float = 0.0) -> float:
@@ -240,7 +249,8 @@ def forecast(times, values, budget: float, calibration: Calibration) -> Forecast
     pairs = [(a - anchor_ref, final - final_ref) for a, final in history["anchor"]]
     predict, res = calibration.model(fraction, "relative", pairs)
     options.append((max(_conformal_sd(res), 1e-4), final_ref + predict(means["anchor"] - anchor_ref),
-                    "relative", _conformal(res, INTERVAL_LEVEL), _conformal([-r for r in res], INTERVAL_LEVEL)))
+                    "relative", _conformal(res, INTERVAL_LEVEL, True),
+                    _conformal([-r for r in res], INTERVAL_LEVEL, True)))
     for w in BLEND_WEIGHTS:
         pairs = [(w * e + (1 - w) * a, final) for (e, final), (a, _) in
                  zip(history["extrapolate"], history["anchor"])]
@@ -248,8 +258,8 @@ def forecast(times, values, budget: float, calibration: Calibration) -> Forecast
         # a run fitted worse than typical widens its own interval, in proportion to w
         spread = max(_conformal_sd(res), w * fit_sd, 1e-4)
         options.append((spread, predict(w * means["extrapolate"] + (1 - w) * means["anchor"]),
-                        f"w={w:g}", max(_conformal(res, INTERVAL_LEVEL), Z90 * w * fit_sd),
-                        max(_conformal([-r for r in res], INTERVAL_LEVEL), Z90 * w * fit_sd)))
+                        f"w={w:g}", max(_conformal(res, INTERVAL_LEVEL, True), Z90 * w * fit_sd),
+                        max(_conformal([-r for r in res], INTERVAL_LEVEL, True), Z90 * w * fit_sd)))
     sd, mean, kind, upper, lower = min(options, key=lambda option: option[0])
     return Forecast(mean, sd, fit, kind, upper, lower)
 
