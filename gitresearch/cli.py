@@ -16,7 +16,7 @@ from rich.console import Console
 
 from . import bench as bench_mod
 from . import config as cfg
-from . import inspect as insp
+from . import report
 from . import selfeval
 from .gitstore import GitError, Store
 from .loop import Loop, LoopError, run_commit
@@ -70,7 +70,7 @@ def loop(policy, budget, max_experiments, max_hours, patience, early_stop, seed)
                             "loop.max_hours": max_hours, "loop.patience": patience,
                             "early_stop.enabled": early_stop, "policy.seed": seed,
                             "policy.name": policy})
-    with insp.LiveProgress(console) as live:
+    with report.LiveProgress(console) as live:
         try:
             report = Loop(root, config, display=live.log, on_progress=live.update).run()
         except (LoopError, PolicyError, GitError) as err:
@@ -90,20 +90,20 @@ def run(rev, budget, as_json):
     store = Store(root)
     commit = store.resolve(rev)
     (store.state_dir / "worktrees").mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="gitresearch-run-") as tmp, insp.LiveProgress(console) as live:
+    with tempfile.TemporaryDirectory(prefix="gitresearch-run-") as tmp, report.LiveProgress(console) as live:
         result = run_commit(store, config, commit, Path(tmp), on_progress=live.update)
     data = {"commit": commit, "status": result.status, "val_bpb": result.metric,
             "reason": result.reason, "seconds": result.seconds,
             "training_seconds": result.training_seconds, "peak_memory_mb": result.peak_memory_mb,
             "log_tail": result.log_tail}
-    click.echo(json.dumps(data) if as_json else insp.format_result(data))
+    click.echo(json.dumps(data) if as_json else report.format_result(data))
     sys.exit(0 if result.status == "ok" else 1)
 
 
 @main.command()
 def status():
     """Summary: experiments by status, baseline vs best, experiments per hour."""
-    insp.print_status(Store(_repo_root()), Console())
+    report.print_status(Store(_repo_root()), Console())
 
 
 @main.command()
@@ -111,12 +111,12 @@ def status():
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per experiment")
 def log(count, as_json):
     """The experiment history, newest first."""
-    rows = insp.log_records(Store(_repo_root()), count)
+    rows = report.log_records(Store(_repo_root()), count)
     if as_json:
         for row in rows:
             click.echo(json.dumps(row))
     else:
-        insp.print_log(rows, Console())
+        report.print_log(rows, Console())
 
 
 @main.command()
@@ -126,7 +126,7 @@ def show(rev, as_json):
     """One experiment's full record (REV: a commit, a ref, or #N for experiment N)."""
     store = Store(_repo_root())
     try:
-        record = insp.show_record(store, rev)
+        record = report.show_record(store, rev)
     except GitError as err:
         raise click.ClickException(str(err)) from err
     click.echo(json.dumps(record, indent=None if as_json else 2, sort_keys=True))
@@ -159,7 +159,7 @@ def bench_early_stop(curves, interval, min_fraction, beta, alpha, noise, methods
         for r in results:
             click.echo(json.dumps(r))
     else:
-        insp.print_bench(results, Console())
+        report.print_bench(results, Console())
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Reading results back: log, show, status, and the live progress line."""
+"""Reading results back: log, show, status, bench tables, and the live progress line."""
 from __future__ import annotations
 
 import collections
