@@ -72,11 +72,11 @@ def loop(policy, budget, max_experiments, max_hours, patience, early_stop, seed)
                             "policy.name": policy})
     with report.LiveProgress(console) as live:
         try:
-            report = Loop(root, config, display=live.log, on_progress=live.update).run()
+            outcome = Loop(root, config, display=live.log, on_progress=live.update).run()
         except (LoopError, PolicyError, GitError) as err:
             raise click.ClickException(str(err)) from err
-    click.echo(f"stopped: {report.stop_reason} ({report.ran} experiments, {report.kept} kept)")
-    sys.exit(130 if report.stop_reason == "interrupted" else 0)
+    click.echo(f"stopped: {outcome.stop_reason} ({outcome.ran} experiments, {outcome.kept} kept)")
+    sys.exit(130 if outcome.stop_reason == "interrupted" else 0)
 
 
 @main.command()
