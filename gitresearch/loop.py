@@ -205,12 +205,13 @@ class Loop:
         self.reconcile()
         policy = make_policy(self.policy_name, self.config, self.store)
         while True:
-            finished = [e for e in self.store.experiments() if e.number > 0 and e.record]
+            experiments = [e for e in self.store.experiments() if e.number > 0]
+            finished = [e for e in experiments if e.record]
             reason = self.stop_reason(finished, start)
             if reason:
                 report.stop_reason = reason
                 return report
-            pending = [e for e in self.store.experiments() if e.number > 0 and e.record is None]
+            pending = [e for e in experiments if e.record is None]
             if pending:  # a run interrupted before its note: run it again, never duplicate it
                 exp = pending[-1]
                 number, commit, parent, description = exp.number, exp.commit, exp.parent, exp.description
