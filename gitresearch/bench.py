@@ -162,8 +162,3 @@ def replay(runs: list[Run], method: str, settings: se.Settings, noise: float) ->
         result["coverage90"] = covered / trusted if trusted else None
         result["trusted_checks"] = trusted
     return result
-
-
-def run_bench(path: Path, settings: se.Settings, noise: float, methods=METHODS) -> list[dict]:
-    runs = load_curves(path)
-    return [replay(runs, method, settings, noise) for method in methods]

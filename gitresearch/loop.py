@@ -14,7 +14,7 @@ import statistics
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -44,7 +44,6 @@ class LoopReport:
     ran: int = 0
     kept: int = 0
     stop_reason: str = ""
-    records: list[dict] = field(default_factory=list)
 
 
 # -- locking ---------------------------------------------------------------------------------
@@ -232,7 +231,7 @@ class Loop:
                 return report
             report.ran += 1
             report.kept += record["status"] == "keep"
-            report.records.append(record)
+            policy.observe(record)
 
     def setup(self) -> None:
         """The config's setup command, once per loop, in a worktree of best, untimed."""

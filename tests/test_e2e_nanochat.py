@@ -1,6 +1,5 @@
 """One real loop on the bundled target: init --template nanochat, then a tiny-budget loop."""
 import json
-import os
 
 from gitresearch.gitstore import Store
 from helpers import cli, sh

@@ -1,5 +1,4 @@
 """The git store against real repositories in tmp dirs."""
-import json
 import subprocess
 import sys
 

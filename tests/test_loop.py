@@ -1,8 +1,6 @@
 """The loop end to end on fake train.py scripts: records, best chain, user state, resume
 after kill -9, lock, hostile scripts, validation."""
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -130,7 +128,7 @@ def test_second_loop_is_refused_with_the_holders_pid(tmp_path):
         wait_for(lambda: (Store(repo).state_dir / "runs").exists())
         second = cli("loop", "--max-experiments", "50", cwd=repo, check=False)
         assert second.returncode == 1
-        assert f"another gitresearch loop holds" in second.stderr and f"pid {proc.pid}" in second.stderr
+        assert "another gitresearch loop holds" in second.stderr and f"pid {proc.pid}" in second.stderr
     finally:
         proc.kill()
         proc.wait()

@@ -1,6 +1,5 @@
 """The runner against hostile train.py scripts: each ends with the right status and reason,
 and no process is left behind."""
-import os
 import shutil
 import socket
 import threading

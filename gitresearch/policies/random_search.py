@@ -95,8 +95,8 @@ class RandomSearch:
                 {"name": s.name, "old": s.value, "new": new} for s, new in changes]})
         raise PolicyError(f"no new mutation found in {MAX_TRIES} tries")
 
-    def observe(self, proposal: Proposal, record: dict) -> None:
-        pass  # random search learns nothing
+    def observe(self, record: dict) -> None:
+        """The finished experiment's note; random search learns nothing from it."""
 
 
 def diff_sha(diff: str) -> str:

@@ -2,7 +2,6 @@
 import json
 import math
 import os
-import sys
 import time
 
 LR = 0.1  # learning rate
