@@ -16,17 +16,24 @@ fraction of the budget. Candidates: `relative` (the anchor's gap to the best fin
 the same time predicts the gap of the finals) and blends w x extrapolate + (1 - w) x anchor;
 each maps to the final by a Theil-Sen line, and the candidate whose leave-one-out residuals
 leave the least room below the prediction wins. Its sd is the split-conformal one-sided 95 %
-bound of how far below the prediction a final landed, / 1.645. With fewer than MIN_HISTORY
+bound of how far below the prediction a final landed, / 1.645. The reported 90 % interval
+also spans every candidate's forecast (their disagreement is model uncertainty, largest for
+a run far outside the calibrated range). With fewer than MIN_HISTORY
 finished runs the sd is UNTRUSTED_SD, so nothing is stopped on a guess.
 
 The decision: a Wald SPRT on the final value mu of this run, with threshold theta = best so
-far + margin_k x noise floor and an indifference zone delta = the median loss of the finished
-runs against the best (at least delta_k x noise floor; from earlier runs only):
+far + margin_k x noise floor and an indifference zone delta:
     H0: mu <= theta          (the run beats the threshold: let it run)
     H1: mu >= theta + delta  (it misses by at least delta: stop it)
 The latest forecast summarises all the evidence so far (it is fitted on every point), so it
 is used as the sufficient statistic: with x ~ N(mu, sd^2),
     LLR = log N(x; theta + delta, sd) - log N(x; theta, sd) = delta / sd^2 * (x - theta - delta / 2)
+delta is set at each check from the forecast's sd alone (never from x), as the alternative the
+test tells apart from H0 soonest: the stop boundary theta + delta / 2 + sd^2 log A / delta
+(A = (1 - alpha) / beta) is lowest at delta = sd sqrt(2 log A), where it is theta + sd
+sqrt(2 log A) (2.45 sd at the defaults). delta is at least delta_k x noise floor, so runs
+closer than that to the threshold are never told apart from it. A fixed large delta would
+turn the test into a cutoff at theta + delta / 2 that accepts clear losers.
 Stop when LLR >= log((1 - alpha) / beta); beta (default 0.05) bounds the probability of
 stopping a run that would have beaten theta (a false stop), alpha (default 0.01) the
 probability of letting a run with mu >= theta + delta run to the end. When LLR <=
@@ -261,6 +268,8 @@ def forecast(times, values, budget: float, calibration: Calibration) -> Forecast
                         f"w={w:g}", max(_conformal(res, INTERVAL_LEVEL, True), Z90 * w * fit_sd),
                         max(_conformal([-r for r in res], INTERVAL_LEVEL, True), Z90 * w * fit_sd)))
     sd, mean, kind, upper, lower = min(options, key=lambda option: option[0])
+    means = [option[1] for option in options]
+    upper, lower = max(upper, max(means) - mean), max(lower, mean - min(means))
     return Forecast(mean, sd, fit, kind, upper, lower)
 
 
@@ -317,15 +326,12 @@ class Monitor:
             return None
         return self.best + self.settings.margin_k * max(self.noise, self.settings.min_noise)
 
-    def delta(self) -> float:
-        """The indifference zone: the typical loss of a finished run against the best (how much
-        worse an ordinary experiment ends), and at least delta_k x the noise floor. It comes
-        from earlier runs only, so it is fixed before this run's evidence arrives."""
+    def delta(self, sd: float) -> float:
+        """The indifference zone at a check whose forecast has this sd: the alternative with
+        the lowest stop boundary, sd sqrt(2 log A), and at least delta_k x the noise floor."""
+        log_a = math.log((1 - self.settings.alpha) / self.settings.beta)
         floor = self.settings.delta_k * max(self.noise, self.settings.min_noise)
-        finals = [run.final for run in self.calibration.runs]
-        if len(finals) < MIN_HISTORY:
-            return floor
-        return max(floor, statistics.median(f - min(finals) for f in finals))
+        return max(floor, sd * math.sqrt(2 * log_a))
 
     def update(self, points: list[dict]) -> str | None:
         series = [(float(p["t"]), float(p[self.metric])) for p in points
@@ -349,7 +355,7 @@ class Monitor:
         if fc is None:
             self.checks.append(Check(last_t, None, None, None, None, None, "no_fit"))
             return None
-        theta, delta = self.threshold, self.delta()
+        theta, delta = self.threshold, self.delta(fc.sd)
         llr, decision = sprt(fc.mean, fc.sd, theta, delta, s)
         low, high = fc.interval90
         self.checks.append(Check(last_t, fc.mean, fc.sd, low, high, llr, decision))

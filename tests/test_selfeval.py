@@ -58,10 +58,13 @@ def curve(a, b, c, budget=100.0, n=40, end_drop=0.0):
     return [{"t": float(ti), "step": i, "val_bpb": float(v)} for i, (ti, v) in enumerate(zip(t, values))]
 
 
-def history(budget=100.0):
+SIMILAR_RUNS = [(1.0, 0.5, 2.0), (1.2, 0.6, 2.05), (0.8, 0.4, 1.98), (1.1, 0.5, 2.1),
+                (0.9, 0.45, 2.02), (1.05, 0.55, 2.07), (0.95, 0.5, 1.99)]
+
+
+def history(budget=100.0, params=SIMILAR_RUNS):
     runs = []
-    for a, b, c in [(1.0, 0.5, 2.0), (1.2, 0.6, 2.05), (0.8, 0.4, 1.98), (1.1, 0.5, 2.1),
-                    (0.9, 0.45, 2.02), (1.05, 0.55, 2.07), (0.95, 0.5, 1.99)]:
+    for a, b, c in params:
         points = curve(a, b, c, budget, end_drop=0.03)
         runs.append(FinishedRun(tuple(p["t"] for p in points), tuple(p["val_bpb"] for p in points),
                                 points[-1]["val_bpb"], budget))
@@ -110,3 +113,32 @@ def test_no_stop_without_history_or_best():
     loser = curve(1.0, 0.5, 2.5)
     assert replay(loser, Monitor(budget=100.0, best=2.0, noise=0.005, calibration=Calibration()))[0] is None
     assert replay(loser, Monitor(budget=100.0, best=None, noise=0.005, calibration=history()))[0] is None
+
+
+def test_indifference_zone_gives_the_lowest_stop_boundary():
+    settings = Settings()
+    monitor = Monitor(budget=100.0, best=2.0, noise=0.005, calibration=history(), settings=settings)
+    log_a = math.log((1 - settings.alpha) / settings.beta)
+    for sd in (0.005, 0.02, 0.1):
+        delta = monitor.delta(sd)
+        boundary = lambda d: d / 2 + sd ** 2 * log_a / d  # x - theta where the LLR reaches log A
+        assert delta >= settings.delta_k * 0.005
+        assert boundary(delta) <= min(boundary(d) for d in np.linspace(0.001, 1.0, 2000)) + 1e-9 \
+            or delta == settings.delta_k * 0.005
+        # the decision flips exactly at the boundary
+        assert sprt(2.0 + boundary(delta) + 1e-6, sd, 2.0, delta, settings)[1] == "stop"
+        assert sprt(2.0 + boundary(delta) - 1e-6, sd, 2.0, delta, settings)[1] == "continue"
+
+
+def test_moderate_loser_is_stopped_not_accepted():
+    """A run that misses the best by many forecast sds, but by less than a typical finished run
+    misses by, is still stopped: the indifference zone follows the forecast's precision, not
+    the spread of the history (which would make the test a cutoff far above the best)."""
+    spread_out = [(a, b, c + shift) for (a, b, c), shift in zip(SIMILAR_RUNS, (0, 0.4, 0.1, 0.5, 0.3, 0.6, 0.2))]
+    calibration = history(params=spread_out)
+    best = min(run.final for run in calibration.runs)
+    monitor = Monitor(budget=100.0, best=best, noise=0.005, calibration=calibration,
+                      settings=Settings(interval_s=10, min_fraction=0.2))
+    reason, _ = replay(curve(1.0, 0.5, best + 0.1, end_drop=0.03), monitor)
+    assert reason and reason.startswith("stopped at")
+    assert all(c.decision != "accept" for c in monitor.checks)
