@@ -2,6 +2,7 @@
 
     gitresearch init --template nanochat DIR
     gitresearch loop --policy random --budget 20 --max-experiments 5
+    gitresearch loop --policy llm --backend openai --model NAME [--base-url URL]
     gitresearch status | log [-n K] [--json] | show REV [--json] | run [REV]
 """
 from __future__ import annotations
@@ -20,14 +21,17 @@ from . import report
 from . import selfeval
 from .gitstore import GitError, Store
 from .loop import Loop, LoopError, run_commit
-from .policies import PolicyError
+from .policies import POLICIES, BackendError, PolicyError
 from .setup import SetupError, init_repo
 
 console = Console(stderr=True)
 
 
 def _load(root: Path, **overrides) -> cfg.Config:
-    return cfg.load(root, overrides)
+    try:
+        return cfg.load(root, overrides)
+    except cfg.ConfigError as err:
+        raise click.ClickException(str(err)) from err
 
 
 def _repo_root() -> Path:
@@ -56,24 +60,28 @@ def init(directory: Path, template: str | None):
 
 
 @main.command()
-@click.option("--policy", type=click.Choice(["random"]), help="[policy] name")
+@click.option("--policy", type=click.Choice(list(POLICIES)), help="[policy] name")
+@click.option("--backend", type=click.Choice(["openai", "local"]), help="[llm] backend")
+@click.option("--model", help="[llm] model: the endpoint's model name, or a local path / hub id")
+@click.option("--base-url", help="[llm] base_url of an OpenAI-compatible endpoint")
 @click.option("--budget", type=float, help="training seconds per experiment [run] budget_s")
 @click.option("--max-experiments", type=int, help="stop when the repo holds this many experiments")
 @click.option("--max-hours", type=float, help="stop after this many hours")
 @click.option("--patience", type=int, help="stop after this many experiments without a keep")
 @click.option("--early-stop/--no-early-stop", default=None, help="self-evaluation on or off")
 @click.option("--seed", type=int, help="random policy seed")
-def loop(policy, budget, max_experiments, max_hours, patience, early_stop, seed):
+def loop(policy, backend, model, base_url, budget, max_experiments, max_hours, patience, early_stop, seed):
     """Run experiments until a stop condition; resumes from git state after any stop."""
     root = _repo_root()
     config = _load(root, **{"run.budget_s": budget, "loop.max_experiments": max_experiments,
                             "loop.max_hours": max_hours, "loop.patience": patience,
                             "early_stop.enabled": early_stop, "policy.seed": seed,
-                            "policy.name": policy})
+                            "policy.name": policy, "llm.backend": backend, "llm.model": model,
+                            "llm.base_url": base_url})
     with report.LiveProgress(console) as live:
         try:
             outcome = Loop(root, config, display=live.log, on_progress=live.update).run()
-        except (LoopError, PolicyError, GitError) as err:
+        except (LoopError, PolicyError, BackendError, GitError) as err:
             raise click.ClickException(str(err)) from err
     click.echo(f"stopped: {outcome.stop_reason} ({outcome.ran} experiments, {outcome.kept} kept)")
     sys.exit(130 if outcome.stop_reason == "interrupted" else 0)

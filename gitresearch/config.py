@@ -65,11 +65,36 @@ class EarlyStopConfig:
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    name: str = "random"
-    agenda: str = "AGENDA.md"
+    name: str = "random"  # random | llm
+    agenda: str = "AGENDA.md"  # research agenda shown to LLM policies (path in the repo)
     history_k: int = 32  # experiments in the history window
+    diff_chars: int = 1500  # characters of each history entry's diff shown in the prompt
+    max_tries: int = 3  # proposals tried (each failure fed back) before recording `invalid`
+    max_diff_bytes: int = 65536  # larger diffs are invalid
+    invalid_penalty: float = 1.0  # penalty stored in an invalid experiment's note (reward)
+    system_prompt: str = ""  # file with a system prompt replacing the built-in one
     seed: int | None = None  # random policy seed; None: fresh entropy
     skip_constants: tuple[str, ...] = ()  # constants the random policy leaves alone
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    backend: str = "openai"  # openai (any chat-completions endpoint) | local (transformers)
+    model: str = ""  # the endpoint's model name, or a local path / hub id
+    base_url: str = ""  # empty: $<base_url_env>, else https://api.openai.com/v1
+    base_url_env: str = "OPENAI_BASE_URL"
+    api_key_env: str = "OPENAI_API_KEY"  # name of the variable holding the key (never its value)
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_tokens: int = 2048  # tokens of reply
+    context_tokens: int = 16384  # prompt + reply; the prompt drops old history to fit
+    timeout_s: float = 300.0  # seconds to wait for one reply
+    connect_timeout_s: float = 10.0
+    retries: int = 4  # extra requests on 429, 5xx, timeouts and connection errors
+    backoff_s: float = 2.0  # first wait between retries; doubles, jittered; Retry-After wins
+    max_backend_failures: int = 3  # consecutive experiments lost to the endpoint stop the loop
+    device: str = "auto"  # local backend: auto | cpu | cuda | cuda:N
+    dtype: str = "auto"  # local backend: auto | float32 | bfloat16 | float16
 
 
 @dataclass(frozen=True)
@@ -88,6 +113,7 @@ class Config:
     noise: NoiseConfig = field(default_factory=NoiseConfig)
     early_stop: EarlyStopConfig = field(default_factory=EarlyStopConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    llm: LLMConfig = field(default_factory=LLMConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
 
 

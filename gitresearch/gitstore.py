@@ -155,30 +155,50 @@ class Store:
         return patch.text
 
     def apply_diff(self, commit: str, diff_text: str) -> tuple[str, list[str]]:
-        """Apply a unified diff to `commit`'s tree with libgit2: (new tree id, changed paths)."""
-        try:
-            diff = pygit2.Diff.parse_diff(diff_text)
-        except pygit2.GitError as err:
-            raise InvalidDiff(f"the diff does not parse: {err}") from err
-        paths = sorted({p for d in diff.deltas for p in (d.old_file.path, d.new_file.path)
-                        if p and p != "/dev/null"})
-        if not paths:
-            raise InvalidDiff("the diff changes no file")
-        # pygit2 does not expose git_apply_to_tree: `git apply --cached` on a private index.
+        """Apply a unified diff to `commit`'s tree: (new tree id, changed paths).
+
+        git's own parser applies it (`git apply --cached --recount` on a private index:
+        pygit2 does not expose git_apply_to_tree, and libgit2's parser rejects the plain
+        `--- a/x`/`+++ b/x` diffs without a `diff --git` line that people and models write).
+        --recount ignores the line counts of hunk headers, which models often get wrong; the
+        context lines still have to match. The changed paths are read from the two trees,
+        so a rename, a deletion or a mode change is seen whatever the diff's headers say."""
+        if not diff_text.strip():
+            raise InvalidDiff("the diff is empty")
         index = {"GIT_INDEX_FILE": str(self.state_dir / f"apply-{os.getpid()}.index")}
         try:
             git("read-tree", commit, cwd=self.root, env_extra=index)
             try:
-                git("apply", "--cached", "--whitespace=nowarn", "-", cwd=self.root,
+                git("apply", "--cached", "--recount", "--whitespace=nowarn", "-", cwd=self.root,
                     input=diff_text if diff_text.endswith("\n") else diff_text + "\n",
                     env_extra=index)
             except GitError as err:
                 detail = str(err).split("\n", 1)[-1].strip()
+                if any(s in detail for s in ("No valid patches", "without header", "corrupt patch")):
+                    raise InvalidDiff(f"the diff does not parse: {detail}") from err
                 raise InvalidDiff(f"the diff does not apply to {commit[:12]}: {detail}") from err
             tree = git("write-tree", cwd=self.root, env_extra=index).strip()
         finally:
             Path(index["GIT_INDEX_FILE"]).unlink(missing_ok=True)
+        old_tree = self.repo[commit].peel(pygit2.Tree)
+        changes = self.repo.diff(old_tree, self.repo[tree])
+        paths = sorted({p for d in changes.deltas for p in (d.old_file.path, d.new_file.path) if p})
+        if not paths:
+            raise InvalidDiff("the diff changes nothing")
         return tree, paths
+
+    def file_mode(self, tree: str, path: str) -> int | None:
+        """The git file mode of `path` in `tree` (0o100644 a file, 0o120000 a link), None when absent."""
+        try:
+            return self.repo[tree][path].filemode
+        except KeyError:
+            return None
+
+    def tree_of(self, commit: str) -> str:
+        return str(self.repo[commit].peel(pygit2.Commit).tree_id)
+
+    def subject(self, commit: str) -> str:
+        return self.repo[commit].message.split("\n")[0]
 
     def tree_file(self, tree: str, path: str) -> str:
         return self.repo[self.repo[tree][path].id].data.decode("utf-8")

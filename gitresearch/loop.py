@@ -4,7 +4,6 @@ included, resumes where it was: an experiment with a ref but no note is run agai
 """
 from __future__ import annotations
 
-import ast
 import fcntl
 import os
 import shutil
@@ -18,24 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import gitstore, selfeval
+from . import selfeval
 from . import metrics as M
 from .config import Config
 from .gitstore import Store
-from .policies import PolicyError, Proposal, State, make_policy
-from .policies.random_search import diff_sha
+from .history import build_state
+from .policies import PolicyError, make_policy
+from .proposal import diff_sha, propose_valid
 from .runner import RunResult, SetupError, kill_orphans, run_setup, run_training
 
-MAX_DIFF_BYTES = 64 * 1024  # larger proposals are invalid
-HISTORY_DIFF_CHARS = 1500  # diff text kept per history-window entry
 STOP_FILE = "STOP"  # touch <git dir>/gitresearch/STOP to stop before the next experiment
 
 
 class LoopError(RuntimeError):
-    pass
-
-
-class InvalidProposal(ValueError):
     pass
 
 
@@ -73,63 +67,6 @@ class RepoLock:
     def __exit__(self, *exc):
         fcntl.flock(self.handle, fcntl.LOCK_UN)
         self.handle.close()
-
-
-# -- state read from git ----------------------------------------------------------------------
-
-def history_window(store: Store, k: int) -> list[dict]:
-    """The last k finished experiments of any status, newest first, read from git alone."""
-    window = []
-    for exp in store.experiments():
-        if exp.record is None:
-            continue
-        diff = store.diff_of(exp.commit)
-        record = exp.record
-        window.append({
-            "experiment": exp.number, "commit": exp.commit, "parent": exp.parent,
-            "description": exp.description, "status": record.get("status"),
-            "val_bpb": record.get("val_bpb"), "delta": record.get("delta"),
-            "comment": record.get("comment", ""), "reason": record.get("reason", ""),
-            "seconds": record.get("seconds"), "peak_memory_mb": record.get("peak_memory_mb"),
-            "diff": diff[:HISTORY_DIFF_CHARS] + ("\n[... diff truncated]" if len(diff) > HISTORY_DIFF_CHARS else ""),
-        })
-        if len(window) >= k:
-            break
-    return window
-
-
-def best_records(store: Store) -> list[dict]:
-    """best's chain with its notes, newest first."""
-    chain = []
-    for commit in store.best_chain():
-        record = store.read_note(commit) or {}
-        chain.append({"commit": commit, "description": store.repo[commit].message.split("\n")[0],
-                      **{k: record.get(k) for k in ("experiment", "status", "val_bpb", "delta")}})
-    return chain
-
-
-def validate(store: Store, config: Config, base: str, proposal: Proposal) -> str:
-    """The proposal's tree, or InvalidProposal with the exact reason."""
-    if len(proposal.diff.encode()) > MAX_DIFF_BYTES:
-        raise InvalidProposal(f"the diff is {len(proposal.diff.encode())} bytes, over {MAX_DIFF_BYTES}")
-    try:
-        tree, paths = store.apply_diff(base, proposal.diff)
-    except gitstore.InvalidDiff as err:
-        raise InvalidProposal(str(err)) from err
-    outside = [p for p in paths if p not in config.files.editable]
-    if outside:
-        raise InvalidProposal(f"the diff touches {', '.join(outside)}; only "
-                              f"{', '.join(config.files.editable)} may change")
-    for path in paths:
-        if path.endswith(".py"):
-            try:
-                ast.parse(store.tree_file(tree, path), filename=path)
-            except SyntaxError as err:
-                raise InvalidProposal(f"{path} does not parse after the diff: line {err.lineno}: "
-                                      f"{err.msg}") from err
-            except KeyError:
-                raise InvalidProposal(f"the diff deletes {path}") from None
-    return tree
 
 
 # -- running one commit -----------------------------------------------------------------------
@@ -172,6 +109,7 @@ class Loop:
         self.stop_event = threading.Event()
         self.calibration = selfeval.Calibration()
         self.calibrated: set[str] = set()  # run dirs already in the calibration
+        self.backend_failures = 0  # experiments lost to the policy's endpoint, in a row
         (self.store.state_dir / "worktrees").mkdir(exist_ok=True)
 
     def run_dir(self, number: int) -> Path:
@@ -193,6 +131,7 @@ class Loop:
 
     def _run(self) -> LoopReport:
         report, start = LoopReport(), time.monotonic()
+        policy = make_policy(self.policy_name, self.config, self.store)  # fails fast on bad settings
         self.clean_leftovers()
         if self.store.best() is None:
             self.store.create_best(self.store.resolve("HEAD"))
@@ -202,7 +141,6 @@ class Loop:
             report.stop_reason = "interrupted"
             return report
         self.reconcile()
-        policy = make_policy(self.policy_name, self.config, self.store)
         while True:
             experiments = [e for e in self.store.experiments() if e.number > 0]
             finished = [e for e in experiments if e.record]
@@ -218,12 +156,17 @@ class Loop:
                                  "diff_sha": diff_sha(self.store.diff_of(commit)), "rerun": True}
             else:
                 try:
-                    number, commit, parent, description, proposal_data = self.propose(policy)
+                    number, commit, parent, description, proposal_data = self.propose(policy, experiments)
                 except PolicyError as err:
                     report.stop_reason = f"policy: {err}"
                     return report
                 if commit is None:  # invalid: already recorded
                     report.ran += 1
+                    policy.observe(self.store.read_note(self.store.experiment_commit(number)))
+                    if self.backend_failures >= self.config.llm.max_backend_failures:
+                        report.stop_reason = (f"policy backend failed for {self.backend_failures} "
+                                              f"experiments in a row; see #{number}")
+                        return report
                     continue
             record = self.run_experiment(number, commit, parent, description, proposal_data)
             if record is None:
@@ -326,29 +269,32 @@ class Loop:
 
     # -- one experiment ------------------------------------------------------------------------
 
-    def propose(self, policy):
-        base = self.store.best()
-        history = history_window(self.store, self.config.policy.history_k)
-        tried = frozenset(e.record.get("diff_sha") for e in self.store.experiments()
-                          if e.record and e.record.get("diff_sha"))
-        files = {p: self.store.read_file(base, p) for p in self.config.files.editable}
-        state = State(base, files, history, best_records(self.store), self.config, tried)
-        proposal = policy.propose(state)
-        data = {"policy_data": proposal.data, "diff_sha": diff_sha(proposal.diff)}
-        try:
-            tree = validate(self.store, self.config, base, proposal)
-        except InvalidProposal as err:
+    def propose(self, policy, experiments):
+        """A validated proposal committed as the next experiment: (number, commit, parent,
+        description, note data); commit None when every try failed (recorded as `invalid`,
+        with every try's reply and error in the note)."""
+        state, tried = build_state(self.store, self.config, experiments)
+        base = state.best_commit
+        outcome = propose_valid(self.store, self.config, policy, state, tried)
+        proposal = outcome.proposal
+        description = proposal.description if proposal else f"{policy.name}: no proposal"
+        data = {"policy": policy.name, "policy_data": outcome.data,
+                "attempts": outcome.attempts}
+        if outcome.tree is None:
             # Recorded as an experiment whose tree is best's own, with the rejected diff kept.
-            tree = str(self.store.repo[base].tree_id)
-            number, commit = self.store.create_experiment(base, tree, proposal.description, policy.name)
-            record = {"experiment": number, "status": "invalid", "reason": str(err),
-                      "description": proposal.description, "policy": policy.name,
-                      "rejected_diff": proposal.diff[:MAX_DIFF_BYTES], **data}
+            self.backend_failures = self.backend_failures + 1 if outcome.backend_only else 0
+            number, commit = self.store.create_experiment(base, self.store.tree_of(base),
+                                                          description, policy.name)
+            penalty = 0.0 if outcome.backend_only else self.config.policy.invalid_penalty
+            record = {"experiment": number, "status": "invalid", "reason": outcome.reason,
+                      "description": description, "penalty": penalty,
+                      "rejected_diff": outcome.attempts[-1]["diff"], "finished": time.time(), **data}
             self.store.write_note(commit, record)
-            self.display(f"#{number} invalid: {err}")
-            return number, None, base, proposal.description, data
-        number, commit = self.store.create_experiment(base, tree, proposal.description, policy.name)
-        return number, commit, base, proposal.description, {**data, "policy": policy.name}
+            self.display(f"#{number} invalid: {outcome.reason}")
+            return number, None, base, description, data
+        self.backend_failures = 0
+        number, commit = self.store.create_experiment(base, outcome.tree, description, policy.name)
+        return number, commit, base, description, {**data, "diff_sha": diff_sha(proposal.diff)}
 
     def _progress(self, number):
         if self.on_progress is None:

@@ -74,10 +74,13 @@ def network_isolation_available() -> bool:
     return probe.returncode == 0
 
 
-def clean_env(extra_allow: tuple[str, ...]) -> dict:
+def clean_env(extra_allow: tuple[str, ...], secrets: tuple[str, ...] = ()) -> dict:
+    """The allow-listed environment. `secrets` names variables (the LLM API key's) that never
+    pass, even when allow-listed, nor does any variable holding the same value."""
     allowed = set(ENV_ALLOW) | set(extra_allow)
+    hidden = {os.environ[name] for name in secrets if os.environ.get(name)}
     return {k: v for k, v in os.environ.items()
-            if k in allowed or k.startswith(PREFIX_ALLOW)}
+            if (k in allowed or k.startswith(PREFIX_ALLOW)) and k not in secrets and v not in hidden}
 
 
 def hash_files(root: Path, patterns: tuple[str, ...]) -> dict[str, str]:
@@ -227,7 +230,7 @@ def run_setup(workdir: Path, config: Config, log_path: Path) -> None:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         try:
-            proc = subprocess.run(command, cwd=workdir, env=clean_env(config.run.env_allow),
+            proc = subprocess.run(command, cwd=workdir, env=clean_env(config.run.env_allow, (config.llm.api_key_env,)),
                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                   timeout=config.run.setup_timeout_s)
         except subprocess.TimeoutExpired:
@@ -259,7 +262,7 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
     isolated = run.isolate_network and network_isolation_available()
     if isolated:
         command = ["unshare", "--net", "--map-root-user", "--", *command]
-    env = clean_env(run.env_allow)
+    env = clean_env(run.env_allow, (config.llm.api_key_env,))
     run_id = uuid.uuid4().hex
     env.update(GITRESEARCH_BUDGET_S=f"{run.budget_s:g}", GITRESEARCH_METRICS=str(metrics_path),
                PYTHONUNBUFFERED="1", GITRESEARCH_RUN_ID=run_id)

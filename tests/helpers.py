@@ -29,9 +29,10 @@ def make_repo(path: Path, fake="curve.py", config: str = "") -> Path:
     return path
 
 
-def cli(*args, cwd, check=True, timeout=600):
+def cli(*args, cwd, check=True, timeout=600, env=None):
     proc = subprocess.run([sys.executable, "-m", "gitresearch", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
     if check and proc.returncode != 0:
         raise AssertionError(f"gitresearch {' '.join(args)} exited {proc.returncode}\n"
                              f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

@@ -112,7 +112,7 @@ def test_concurrent_note_writers_lose_nothing(store):
 
 
 def test_history_reads_from_git_alone(store):
-    from gitresearch.loop import best_records, history_window
+    from gitresearch.history import best_chain, history_window
 
     base = store.best()
     store.write_note(base, {"experiment": 0, "status": "baseline", "val_bpb": 2.0})
@@ -125,8 +125,11 @@ def test_history_reads_from_git_alone(store):
                                   "comment": f"comment {i}"})
         if status == "keep":
             store.advance_best(store.best(), commit, "keep")
-    window = history_window(Store(store.root), k=2)
-    assert [w["experiment"] for w in window] == [3, 2]
-    assert window[0]["status"] == "crash" and window[0]["comment"] == "comment 3"
-    assert "-LR = 0.12  #" in window[0]["diff"] and "+LR = 0.132  #" in window[0]["diff"]
-    assert [r["status"] for r in best_records(store)] == ["keep", "baseline"]
+    fresh = Store(store.root)
+    window = history_window(fresh, fresh.experiments(), k=2)
+    assert [w.experiment for w in window] == [3, 2]
+    assert window[0].status == "crash" and window[0].comment == "comment 3"
+    assert "-LR = 0.12  #" in window[0].diff and "+LR = 0.132  #" in window[0].diff
+    chain = best_chain(store)
+    assert [r["status"] for r in chain] == ["baseline", "keep"]
+    assert chain[1]["delta"] == pytest.approx(-0.2) and chain[1]["description"] == "depth 6"

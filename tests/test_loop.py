@@ -10,8 +10,7 @@ import pytest
 
 from gitresearch.config import load
 from gitresearch.gitstore import Store
-from gitresearch.loop import InvalidProposal, validate
-from gitresearch.policies import Proposal
+from gitresearch.proposal import InvalidProposal, validate
 from helpers import FAKES, cli, make_repo, sh
 
 
@@ -182,10 +181,16 @@ def test_validation_refuses_bad_proposals(tmp_path):
         "only train.py may change": store.make_diff("frozen.txt", "frozen\n", "thawed\n"),
         "does not parse after the diff": store.make_diff("train.py", train, train.replace("LR = 0.1", "LR = = 0.1")),
         "does not parse": "--- a/train.py\n+++ b/train.py\n@@ garbage @@\n",
+        "touches gitresearch.toml; only train.py": store.make_diff("gitresearch.toml", store.read_file(base, "gitresearch.toml"),
+                                                    "[files]\neditable = ['train.py', 'frozen.txt']\n"),
+        "deletes train.py": "--- a/train.py\n+++ /dev/null\n@@ -1,%d +0,0 @@\n%s" % (
+            len(train.splitlines()), "".join(f"-{line}\n" for line in train.splitlines())),
+        "is empty": "",
+        "over the limit": "x" * 70000,
     }
     for reason, diff in cases.items():
         with pytest.raises(InvalidProposal, match=reason):
-            validate(store, config, base, Proposal(diff, "bad"))
+            validate(store, config, base, diff)
 
 
 def test_hook_refuses_frozen_changes(tmp_path):
@@ -226,10 +231,10 @@ def test_early_stop_in_the_loop(tmp_path):
         assert rows[loser]["val_bpb"] is None and rows[loser]["training_seconds"] < 1.0
         note = store.read_note(rows[loser]["commit"])
         assert note["checks"][-1]["decision"] == "stop" and note["checks"][-1]["llr"] > 0
-    from gitresearch.loop import history_window
+    from gitresearch.history import history_window
 
-    window = {w["description"]: w for w in history_window(store, 32)}
-    assert window["depth 1"]["comment"].startswith("stopped at")
+    window = {w.description: w for w in history_window(store, store.experiments(), 32)}
+    assert window["depth 1"].comment.startswith("stopped at")
     assert "compute saved by early stop" in cli("status", cwd=repo).stdout
     out = cli("loop", "--max-experiments", "8", "--no-early-stop", "--seed", "2", cwd=repo).stdout
     newest = records(repo)[:2]

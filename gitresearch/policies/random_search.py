@@ -3,11 +3,11 @@ file by sampled factors. Constants are found through the Python AST, so any trai
 from __future__ import annotations
 
 import ast
-import hashlib
 import math
 import random
 from dataclasses import dataclass
 
+from ..proposal import diff_sha
 from . import PolicyError, Proposal, State
 
 FACTOR_RANGE = (1 / 3, 3.0)  # floats are multiplied by a log-uniform factor in this range
@@ -97,9 +97,3 @@ class RandomSearch:
 
     def observe(self, record: dict) -> None:
         """The finished experiment's note; random search learns nothing from it."""
-
-
-def diff_sha(diff: str) -> str:
-    """Identity of a diff's content, independent of blob ids in its header."""
-    body = [line for line in diff.splitlines() if line[:1] in "+- " and not line.startswith(("+++", "---"))]
-    return hashlib.sha256("\n".join(body).encode()).hexdigest()[:16]

@@ -21,3 +21,4 @@ for step in range(1, 11):
 print("---")
 print(f"val_bpb:          {final:.6f}")
 print(f"training_seconds: {budget:.1f}")
+print("environment:", " ".join(sorted(os.environ)))

@@ -1,0 +1,109 @@
+"""What the policies see of the past, read from git alone: the history window, the best
+chain and diagnostics. Everything here is derived from refs and notes, so any clone of the
+repo gives the same view."""
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+from .config import Config
+from .gitstore import Experiment, GitError, Store
+from .policies import State
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One experiment as the history window shows it."""
+    experiment: int
+    commit: str
+    parent: str | None
+    description: str
+    status: str
+    val_bpb: float | None
+    delta: float | None  # against its parent's val_bpb
+    comment: str  # the self-evaluation's verdict
+    reason: str
+    seconds: float | None  # wall seconds of the run
+    peak_memory_mb: float | None
+    diff: str  # truncated to diff_chars
+
+
+def truncate_diff(diff: str, limit: int) -> str:
+    """Keep whole lines up to `limit` characters and say how much was cut."""
+    if len(diff) <= limit:
+        return diff
+    kept = diff[:limit].rsplit("\n", 1)[0]
+    cut = diff.count("\n") - kept.count("\n")
+    return f"{kept}\n[... {cut} more diff lines not shown]"
+
+
+def entry(store: Store, exp: Experiment, diff_chars: int) -> Entry:
+    record = exp.record or {}
+    diff = record.get("rejected_diff") if record.get("status") == "invalid" else store.diff_of(exp.commit)
+    return Entry(exp.number, exp.commit, exp.parent, record.get("description") or exp.description,
+                 record.get("status", "pending"), record.get("val_bpb"), record.get("delta"),
+                 record.get("comment", ""), record.get("reason", ""), record.get("seconds"),
+                 record.get("peak_memory_mb"), truncate_diff(diff or "", diff_chars))
+
+
+def history_window(store: Store, experiments: list[Experiment], k: int, diff_chars: int = 1500) -> list[Entry]:
+    """The last k finished experiments of any status (baseline excluded), newest first."""
+    finished = [e for e in experiments if e.record is not None and e.number > 0]
+    return [entry(store, exp, diff_chars) for exp in finished[:k]]
+
+
+def best_chain(store: Store) -> list[dict]:
+    """best's first-parent chain with its notes, oldest (the baseline) first, each with its
+    gain over the previous link."""
+    chain, previous = [], None
+    for commit in reversed(store.best_chain()):
+        record = store.read_note(commit) or {}
+        value = record.get("val_bpb")
+        gain = value - previous if isinstance(value, float) and isinstance(previous, float) else None
+        chain.append({"commit": commit, "experiment": record.get("experiment"),
+                      "description": store.subject(commit),
+                      "status": record.get("status"), "val_bpb": value, "delta": gain})
+        previous = value if isinstance(value, float) else previous
+    return chain
+
+
+def diagnostics(experiments: list[Experiment]) -> dict:
+    """Counts and recent failure reasons over every experiment."""
+    records = [e.record for e in experiments if e.record is not None and e.number > 0]
+    counts = collections.Counter(r.get("status", "?") for r in records)
+    baseline = next((e.record for e in experiments if e.number == 0 and e.record), {})
+    stopped = [r for r in records if r.get("status") == "early_stop"]
+    recent_failures = [f"#{r.get('experiment')} {r.get('status')}: {r.get('reason', '')}"[:240]
+                       for r in records[:32] if r.get("status") in ("crash", "timeout", "invalid")][:5]
+    since_keep = next((i for i, r in enumerate(records) if r.get("status") == "keep"), len(records))
+    return {"experiments": len(records), "by_status": dict(counts.most_common()),
+            "baseline_val_bpb": baseline.get("val_bpb"), "noise_std": baseline.get("noise_std"),
+            "min_delta": baseline.get("min_delta"), "since_last_keep": since_keep,
+            "early_stopped": len(stopped), "recent_failures": recent_failures}
+
+
+def read_agenda(store: Store, commit: str, path: str) -> str:
+    """The agenda as committed in best (the repo is the record), else as on disk."""
+    if not path:
+        return ""
+    try:
+        return store.read_file(commit, path)
+    except GitError:
+        on_disk = store.root / path
+        return on_disk.read_text(errors="replace") if on_disk.is_file() else ""
+
+
+def build_state(store: Store, config: Config, experiments: list[Experiment]) -> tuple[State, dict[str, int]]:
+    """The policies' view of the repo, and diff_sha -> experiment number of every experiment."""
+    base = store.best()
+    tried = {}
+    for exp in reversed(experiments):  # oldest first: the first experiment of a diff wins
+        sha = (exp.record or {}).get("diff_sha")
+        if sha and sha not in tried and (exp.record or {}).get("status") != "invalid":
+            tried[sha] = exp.number
+    files = {p: store.read_file(base, p) for p in config.files.editable}
+    policy = config.policy
+    state = State(base, files, history_window(store, experiments, policy.history_k, policy.diff_chars),
+                  best_chain(store), config, frozenset(tried), diagnostics(experiments),
+                  read_agenda(store, base, policy.agenda))
+    return state, tried

@@ -1,0 +1,137 @@
+"""The prompt builder shared by the LLM and RL policies: agenda, the current best code, the
+history window read from git, the best chain, diagnostics, and the failed tries of this
+proposal with their exact errors. It fits a token budget by dropping the oldest history
+first; the code is never cut (a prompt without room for it is an error)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from . import PolicyError, State
+
+SYSTEM_PROMPT = """You are an autonomous ML research engineer. You improve a training script by \
+proposing one small, well-motivated change at a time. Each change is trained for a fixed \
+wall-clock budget and judged on the validation metric (lower is better); a change is kept only \
+when it beats the current best by more than the noise floor. Learn from the history: do not \
+repeat changes that were tried, build on what worked, and avoid what crashed or diverged.
+
+Reply in exactly this form:
+Description: <one line saying what the change is and why>
+```diff
+<a unified diff against the current best, with --- a/PATH and +++ b/PATH headers and @@ hunks \
+whose context lines match the current file exactly>
+```
+Change only the editable files. Keep the code runnable: the run must still print its metric."""
+
+REPLY_CHARS_FED_BACK = 4000  # of a failed reply, repeated to the model with its error
+AGENDA_TRUNCATED = "\n[... agenda truncated to fit the context]"
+
+
+def fence(text: str, lang: str = "") -> str:
+    """A fenced block whose fence is longer than any backtick run inside (CommonMark)."""
+    longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return f"{ticks}{lang}\n{text.rstrip()}\n{ticks}"
+
+
+def _num(value, spec: str) -> str:
+    return format(value, spec) if isinstance(value, (int, float)) else "-"
+
+
+def render_entry(entry) -> str:
+    """One history entry; its first line is a fixed format (tests parse it)."""
+    memory = f"{entry.peak_memory_mb:.0f} MB" if isinstance(entry.peak_memory_mb, (int, float)) else "- MB"
+    lines = [f"### #{entry.experiment} {entry.status} | val_bpb {_num(entry.val_bpb, '.6f')} | "
+             f"delta {_num(entry.delta, '+.6f')} | {_num(entry.seconds, '.1f')} s | {memory}",
+             f"description: {entry.description}"]
+    if entry.comment:
+        lines.append(f"self-evaluation: {entry.comment}")
+    if entry.reason:
+        lines.append(f"reason: {entry.reason[:600]}")
+    lines.append(fence(entry.diff, "diff") if entry.diff.strip() else "(no diff)")
+    return "\n".join(lines)
+
+
+def render_best_chain(chain: list[dict]) -> str:
+    lines = []
+    for link in chain:
+        gain = f" ({link['delta']:+.6f})" if isinstance(link.get("delta"), float) else ""
+        number = link.get("experiment")
+        label = "baseline" if number == 0 else f"#{number}"
+        lines.append(f"- {label} val_bpb {_num(link.get('val_bpb'), '.6f')}{gain}: {link['description']}")
+    return "\n".join(lines) or "(no experiment kept yet)"
+
+
+def render_diagnostics(state: State) -> str:
+    d, run = state.diagnostics, state.config.run
+    statuses = ", ".join(f"{k} {v}" for k, v in d.get("by_status", {}).items()) or "none yet"
+    lines = [f"- experiments so far: {d.get('experiments', 0)} ({statuses})",
+             f"- experiments since the last kept one: {d.get('since_last_keep', 0)}",
+             f"- baseline val_bpb {_num(d.get('baseline_val_bpb'), '.6f')}, noise std "
+             f"{_num(d.get('noise_std'), '.6f')}; a change must beat the best by more than "
+             f"{_num(d.get('min_delta'), '.6f')}",
+             f"- training budget: {run.budget_s:g} s per run; hopeless runs are stopped early",
+             f"- editable files: {', '.join(state.config.files.editable)}; everything else is frozen"]
+    lines += [f"- recent failure: {line}" for line in d.get("recent_failures", [])]
+    return "\n".join(lines)
+
+
+def render_code(files: dict[str, str]) -> str:
+    return "\n\n".join(f"## {path}\n{fence(source, 'python' if path.endswith('.py') else '')}"
+                       for path, source in sorted(files.items()))
+
+
+@dataclass(frozen=True)
+class Prompt:
+    messages: list[dict]  # chat messages: system, user, then assistant/user per failed try
+    tokens: int  # prompt tokens as the budget counted them
+    history_shown: int  # history entries kept
+    history_dropped: int  # oldest entries dropped to fit
+
+
+def build_prompt(state: State, count_tokens: Callable[[str], int], context_tokens: int,
+                 reply_tokens: int, system: str = SYSTEM_PROMPT) -> Prompt:
+    """The chat messages for `state`, within context_tokens - reply_tokens."""
+    budget = context_tokens - reply_tokens
+    head = [f"# Research agenda\n{state.agenda.strip() or '(none given)'}",
+            f"# The current best ({state.best_commit[:12]})\n{render_code(state.files)}",
+            f"# How the best got here (best chain, oldest first)\n{render_best_chain(state.best_chain)}"]
+    tail = [f"# Diagnostics\n{render_diagnostics(state)}",
+            "# Your task\nPropose the next experiment: one change to the current best, different "
+            "from everything in the history. Reply with the Description line and one ```diff block."]
+    retries = []
+    for attempt in state.attempts[-2:]:  # the last two failed tries, each with its exact error
+        reply = attempt.reply if len(attempt.reply) <= REPLY_CHARS_FED_BACK else \
+            attempt.reply[:REPLY_CHARS_FED_BACK] + "\n[... reply truncated]"
+        retries += [{"role": "assistant", "content": reply or attempt.diff or "(empty reply)"},
+                    {"role": "user", "content": f"That proposal was rejected: {attempt.error}\n"
+                     "Fix it and reply again in the required form (Description line, then one "
+                     "```diff block against the current best shown above)."}]
+    entries = [render_entry(e) for e in state.history]
+    fixed = count_tokens(system) + count_tokens("\n\n".join(head + tail)) + \
+        sum(count_tokens(m["content"]) for m in retries) + 16
+    if fixed > budget:  # the agenda gives way before the code; the code never does
+        without_agenda = fixed - count_tokens(head[0])
+        room = budget - without_agenda - count_tokens(AGENDA_TRUNCATED) - 16
+        if room <= 0:
+            raise PolicyError(f"the prompt without history needs {fixed} tokens (code: "
+                              f"{count_tokens(head[1])}), over the {budget} the context leaves "
+                              f"([llm] context_tokens {context_tokens} - max_tokens {reply_tokens})")
+        agenda = head[0]
+        while count_tokens(agenda) > room:
+            agenda = agenda[:int(len(agenda) * 0.9)]
+        head[0] = agenda + AGENDA_TRUNCATED
+        fixed = without_agenda + count_tokens(head[0])
+    costs = [count_tokens(text) + 2 for text in entries]
+    shown, used = 0, fixed + count_tokens("# Recent experiments\n")
+    for cost in costs:  # newest first: the oldest are the ones left out
+        if used + cost > budget:
+            break
+        used, shown = used + cost, shown + 1
+    history = "# Recent experiments (newest first)\n" + ("\n\n".join(entries[:shown]) or "(none yet)")
+    if shown < len(entries):
+        history += f"\n\n[{len(entries) - shown} older experiments not shown: no room in the context]"
+    user = "\n\n".join(head + [history] + tail)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}] + retries
+    return Prompt(messages, used, shown, len(entries) - shown)

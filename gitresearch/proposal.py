@@ -1,0 +1,108 @@
+"""From a policy's proposal to a tree: the checks every diff passes before it is committed.
+
+Validation is code, never prompt: whatever train.py, the agenda or a model's reply says, only
+the files listed in [files] editable may change, and only into parseable Python files.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass, field
+
+from . import gitstore
+from .config import Config
+from .gitstore import Store
+from .policies import Attempt, BackendError, InvalidReply, Proposal, State
+
+REGULAR_FILE_MODES = (0o100644, 0o100755)
+
+
+class InvalidProposal(ValueError):
+    pass
+
+
+def diff_sha(diff: str) -> str:
+    """Identity of a diff's content, independent of blob ids and line numbers in its headers."""
+    body = [line for line in diff.splitlines() if line[:1] in "+- " and not line.startswith(("+++", "---"))]
+    return hashlib.sha256("\n".join(body).encode()).hexdigest()[:16]
+
+
+def validate(store: Store, config: Config, base: str, diff: str) -> str:
+    """The tree of `base` with `diff` applied, or InvalidProposal with the exact reason."""
+    limit = config.policy.max_diff_bytes
+    if len(diff.encode()) > limit:
+        raise InvalidProposal(f"the diff is {len(diff.encode())} bytes, over the limit of {limit}")
+    try:
+        tree, paths = store.apply_diff(base, diff)
+    except gitstore.InvalidDiff as err:
+        raise InvalidProposal(str(err)) from err
+    outside = [p for p in paths if p not in config.files.editable]
+    if outside:
+        raise InvalidProposal(f"the diff touches {', '.join(outside)}; only "
+                              f"{', '.join(config.files.editable)} may change")
+    for path in paths:
+        mode = store.file_mode(tree, path)
+        if mode is None:
+            raise InvalidProposal(f"the diff deletes {path}")
+        if mode not in REGULAR_FILE_MODES:
+            raise InvalidProposal(f"the diff makes {path} something other than a regular file "
+                                  f"(mode {mode:o})")
+        if path.endswith(".py"):
+            try:
+                ast.parse(store.tree_file(tree, path), filename=path)
+            except SyntaxError as err:
+                raise InvalidProposal(f"{path} does not parse after the diff: line {err.lineno}: "
+                                      f"{err.msg}") from err
+    return tree
+
+
+REPLY_CHARS_KEPT = 8000  # of each failed reply, stored in the note
+
+
+@dataclass
+class Outcome:
+    """The result of asking a policy for a valid proposal, up to [policy] max_tries times."""
+    proposal: Proposal | None  # the last proposal (None when no try produced one)
+    tree: str | None  # its tree when valid; None: every try failed
+    attempts: list[dict] = field(default_factory=list)  # failed tries: error, reply, diff
+    backend_only: bool = False  # every failed try was the endpoint's fault, not the policy's
+    data: dict = field(default_factory=dict)  # the policy's data of the last try
+
+    @property
+    def reason(self) -> str:
+        if not self.attempts:
+            return ""
+        return f"{len(self.attempts)} tries failed; last: {self.attempts[-1]['error']}"
+
+
+def propose_valid(store: Store, config: Config, policy, state: State, tried: dict[str, int]) -> Outcome:
+    """Ask `policy` until a proposal validates, feeding each failure back as an Attempt."""
+    outcome = Outcome(None, None)
+    backend_failures = 0
+    for _ in range(max(1, config.policy.max_tries)):
+        proposal, reply = None, ""
+        try:
+            proposal = policy.propose(state)
+            reply = proposal.reply
+            earlier = tried.get(diff_sha(proposal.diff))
+            if earlier is not None:
+                raise InvalidProposal(f"this exact change was already tried as experiment #{earlier}; "
+                                      f"propose something different")
+            outcome.proposal, outcome.data = proposal, proposal.data
+            outcome.tree = validate(store, config, state.best_commit, proposal.diff)
+            break
+        except BackendError as err:
+            error = f"backend: {err}"
+            backend_failures += 1
+        except InvalidReply as err:
+            error, reply = str(err), err.reply
+            outcome.data = err.data
+        except InvalidProposal as err:
+            error = str(err)
+        diff = proposal.diff if proposal else ""
+        outcome.proposal = proposal or outcome.proposal
+        outcome.attempts.append({"error": error, "reply": reply[:REPLY_CHARS_KEPT],
+                                 "diff": diff[:config.policy.max_diff_bytes]})
+        state = state.retry(Attempt(reply, diff, error))
+    outcome.backend_only = outcome.tree is None and backend_failures == len(outcome.attempts)
+    return outcome
