@@ -249,16 +249,25 @@ class Store:
         return str(ref.target) if ref else None
 
     def experiments(self, last: int | None = None) -> list[Experiment]:
-        """Experiments, newest first (the last `last` of them)."""
+        """Experiments, newest first (the last `last` of them). Many notes are read in one
+        pass over the notes tree: a lookup per note costs about 1 ms at 1,000 notes."""
         numbers = sorted((int(name[len(EXPERIMENTS_PREFIX):]) for name in self.repo.references
-                          if name.startswith(EXPERIMENTS_PREFIX)), reverse=True)
-        return [self.experiment(n) for n in numbers[:last]]
+                          if name.startswith(EXPERIMENTS_PREFIX)), reverse=True)[:last]
+        notes = self.all_notes() if len(numbers) > 32 else None
+        return [self.experiment(n, notes) for n in numbers]
 
-    def experiment(self, number: int) -> Experiment:
+    def experiment(self, number: int, notes: dict[str, dict] | None = None) -> Experiment:
         commit = self.repo.references[f"{EXPERIMENTS_PREFIX}{number:06d}"].peel(pygit2.Commit)
         parent = str(commit.parent_ids[0]) if commit.parent_ids else None
-        return Experiment(number, str(commit.id), parent, commit.message.split("\n")[0],
-                          self.read_note(str(commit.id)))
+        record = notes.get(str(commit.id)) if notes is not None else self.read_note(str(commit.id))
+        return Experiment(number, str(commit.id), parent, commit.message.split("\n")[0], record)
+
+    def all_notes(self) -> dict[str, dict]:
+        """Every note, by the commit it annotates."""
+        if self.repo.references.get(NOTES_REF) is None:
+            return {}
+        return {str(note.annotated_id): parse_note(self.repo[note.id].data.decode("utf-8", "replace"))
+                for note in self.repo.notes(NOTES_REF)}
 
     # -- notes -----------------------------------------------------------------------------
 

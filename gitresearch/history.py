@@ -52,12 +52,13 @@ def history_window(store: Store, experiments: list[Experiment], k: int, diff_cha
     return [entry(store, exp, diff_chars) for exp in finished[:k]]
 
 
-def best_chain(store: Store) -> list[dict]:
+def best_chain(store: Store, experiments: list[Experiment] | None = None) -> list[dict]:
     """best's first-parent chain with its notes, oldest (the baseline) first, each with its
-    gain over the previous link."""
+    gain over the previous link. Notes come from `experiments` when given (already read)."""
+    known = {e.commit: e.record for e in experiments or ()}
     chain, previous = [], None
     for commit in reversed(store.best_chain()):
-        record = store.read_note(commit) or {}
+        record = (known[commit] if commit in known else store.read_note(commit)) or {}
         value = record.get("val_bpb")
         gain = value - previous if isinstance(value, float) and isinstance(previous, float) else None
         chain.append({"commit": commit, "experiment": record.get("experiment"),
@@ -104,6 +105,6 @@ def build_state(store: Store, config: Config, experiments: list[Experiment]) -> 
     files = {p: store.read_file(base, p) for p in config.files.editable}
     policy = config.policy
     state = State(base, files, history_window(store, experiments, policy.history_k, policy.diff_chars),
-                  best_chain(store), config, frozenset(tried), diagnostics(experiments),
+                  best_chain(store, experiments), config, frozenset(tried), diagnostics(experiments),
                   read_agenda(store, base, policy.agenda))
     return state, tried

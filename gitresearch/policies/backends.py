@@ -141,10 +141,14 @@ class LocalBackend:
         inputs = self.tokenizer(self.render(messages), return_tensors="pt", add_special_tokens=False).to(self.device)
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
-        with torch.no_grad():
-            out = self.model.generate(**inputs, do_sample=c.temperature > 0, max_new_tokens=c.max_tokens,
-                                      temperature=c.temperature if c.temperature > 0 else None,
-                                      top_p=c.top_p if c.temperature > 0 else None, pad_token_id=pad)
+        try:
+            with torch.no_grad():
+                out = self.model.generate(**inputs, do_sample=c.temperature > 0, max_new_tokens=c.max_tokens,
+                                          temperature=c.temperature if c.temperature > 0 else None,
+                                          top_p=c.top_p if c.temperature > 0 else None, pad_token_id=pad)
+        except torch.OutOfMemoryError as err:  # a long prompt on a small GPU: a failed try, not a crash
+            raise BackendError(f"the local model ran out of memory on a {inputs['input_ids'].shape[1]}-token "
+                               f"prompt: lower [llm] context_tokens ({err})") from err
         new = out[0, inputs["input_ids"].shape[1]:].tolist()
         finish = "length"
         if eos is not None and eos in new:  # cut at the first EOS, not at the pad id
