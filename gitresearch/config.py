@@ -71,10 +71,21 @@ class PolicyConfig:
     diff_chars: int = 1500  # characters of each history entry's diff shown in the prompt
     max_tries: int = 3  # proposals tried (each failure fed back) before recording `invalid`
     max_diff_bytes: int = 65536  # larger diffs are invalid
-    invalid_penalty: float = 1.0  # penalty stored in an invalid experiment's note (reward)
     system_prompt: str = ""  # file with a system prompt replacing the built-in one
     seed: int | None = None  # random policy seed; None: fresh entropy
     skip_constants: tuple[str, ...] = ()  # constants the random policy leaves alone
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    improvement_weight: float = 1.0  # per noise sigma of val_bpb gained over the parent
+    improvement_clip: float = 10.0  # sigmas; one lucky or broken run does not swamp the rest
+    time_weight: float = 0.2  # x share of the budget the run trained for
+    memory_weight: float = 0.1  # x relative peak memory above the baseline's
+    novelty_epsilon: float = 0.1  # x (1 - max Jaccard similarity to the window's diffs)
+    invalid_penalty: float = 1.0
+    crash_penalty: float = 1.0
+    timeout_penalty: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -114,6 +125,7 @@ class Config:
     early_stop: EarlyStopConfig = field(default_factory=EarlyStopConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
 
 

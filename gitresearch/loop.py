@@ -23,6 +23,7 @@ from .config import Config
 from .gitstore import Store
 from .history import build_state
 from .policies import PolicyError, make_policy
+from .policies.reward import novelty, reward
 from .proposal import diff_sha, propose_valid
 from .runner import RunResult, SetupError, kill_orphans, run_setup, run_training
 
@@ -285,16 +286,20 @@ class Loop:
             self.backend_failures = self.backend_failures + 1 if outcome.backend_only else 0
             number, commit = self.store.create_experiment(base, self.store.tree_of(base),
                                                           description, policy.name)
-            penalty = 0.0 if outcome.backend_only else self.config.policy.invalid_penalty
             record = {"experiment": number, "status": "invalid", "reason": outcome.reason,
-                      "description": description, "penalty": penalty,
+                      "description": description, "backend_only": outcome.backend_only,
                       "rejected_diff": outcome.attempts[-1]["diff"], "finished": time.time(), **data}
+            record["reward"] = reward(record, self.baseline_record(), self.config.reward)
             self.store.write_note(commit, record)
             self.display(f"#{number} invalid: {outcome.reason}")
             return number, None, base, description, data
         self.backend_failures = 0
         number, commit = self.store.create_experiment(base, outcome.tree, description, policy.name)
+        data["novelty"] = round(novelty(proposal.diff, [e.diff for e in state.history]), 6)
         return number, commit, base, description, {**data, "diff_sha": diff_sha(proposal.diff)}
+
+    def baseline_record(self) -> dict:
+        return self.store.read_note(self.store.experiment_commit(0)) or {}
 
     def _progress(self, number):
         if self.on_progress is None:
@@ -377,6 +382,7 @@ class Loop:
             if not record.get("reason"):
                 record["reason"] = (f"not better than best by more than min_delta {min_delta:.6f}"
                                     if parent == best else "best moved since it was proposed")
+        record["reward"] = reward(record, self.baseline_record(), self.config.reward)
         self.store.write_note(commit, record)
         if record["status"] == "keep":
             self.store.advance_best(best, commit, f"gitresearch: keep #{number} val_bpb "

@@ -170,9 +170,13 @@ def test_loop_with_scripted_replies(tmp_path):
         "the diff touches gitresearch.toml; only train.py may change"]
     assert rec[3]["reason"].endswith(rec[3]["attempts"][1]["error"])
     assert "does not apply" in rec[4]["attempts"][0]["error"]
-    assert "does not parse after the diff" in rec[4]["attempts"][1]["error"] and rec[4]["penalty"] == 1.0
+    assert "does not parse after the diff" in rec[4]["attempts"][1]["error"] and rec[4]["reward"]["penalty"] == 1.0 and rec[4]["reward"]["total"] == -1.0
     assert rec[4]["rejected_diff"] == rec[4]["attempts"][1]["diff"] and "LR = = 0.1" in rec[4]["rejected_diff"]
     assert rec[6]["val_bpb"] < rec[5]["val_bpb"] < rec[1]["val_bpb"]
+    assert all(set(rec[n]["reward"]) == {"total", "improvement", "efficiency", "novelty", "penalty"}
+               for n in range(1, 8))
+    assert rec[1]["reward"]["improvement"] > 0 > rec[2]["reward"]["improvement"]
+    assert rec[1]["novelty"] == 1.0  # nothing before it
     assert rec[7]["attempts"][0]["reply"].startswith("I think") and "no unified diff" in rec[7]["attempts"][0]["error"]
     # the failed reply and its exact error went back to the model
     retry_messages = server.requests[-1]["body"]["messages"]
@@ -198,7 +202,7 @@ def test_loop_stops_when_the_endpoint_is_down(tmp_path):
     assert "policy backend failed for 2 experiments in a row" in out
     rec = notes(repo)
     assert [rec[n]["status"] for n in (1, 2)] == ["invalid", "invalid"] and 3 not in rec
-    assert rec[1]["penalty"] == 0.0 and "backend: " in rec[1]["reason"] and "HTTP 500" in rec[1]["reason"]
+    assert rec[1]["reward"]["penalty"] == 0.0 and rec[1]["backend_only"] and "backend: " in rec[1]["reason"] and "HTTP 500" in rec[1]["reason"]
 
 
 # -- the prompt ------------------------------------------------------------------------------

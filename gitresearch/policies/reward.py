@@ -1,0 +1,72 @@
+"""The reward of an experiment (SPEC 4), stored in every note whatever the policy:
+
+    reward = improvement + efficiency + novelty - penalty
+    improvement = w_improve * clip((parent val_bpb - val_bpb) / noise_std, +-improve_clip)
+                  (one unit = one noise sigma; an early-stopped run counts its last forecast)
+    efficiency  = -w_time * training_seconds / budget_s
+                  - w_memory * (peak_memory_mb / baseline peak_memory_mb - 1), clipped to [-1, 1]
+                  (at an equal metric a faster or lighter run scores higher, and a loser stopped
+                  early costs less than one that ran its whole budget)
+    novelty     = epsilon * (1 - max Jaccard(changed lines, changed lines of each earlier diff
+                  in the history window)); changed lines are the diff's +/- lines, stripped
+    penalty     = invalid_penalty | crash_penalty | timeout_penalty by status, else 0
+                  (an invalid experiment lost to the model endpoint carries no penalty)
+"""
+from __future__ import annotations
+
+import math
+
+from ..config import RewardConfig
+
+MIN_NOISE = 1e-3  # metric units: a deterministic baseline (noise 0) still gives a finite scale
+
+
+def changed_lines(diff: str) -> frozenset[str]:
+    return frozenset(line[1:].strip() for line in diff.splitlines()
+                     if line[:1] in "+-" and not line.startswith(("+++", "---")) and line[1:].strip())
+
+
+def novelty(diff: str, earlier: list[str]) -> float:
+    """1 - the highest Jaccard similarity between this diff's changed lines and an earlier
+    diff's; 1 when nothing earlier shares a line, 0 for a repeat."""
+    mine = changed_lines(diff)
+    if not mine:
+        return 0.0
+    best = 0.0
+    for other in earlier:
+        theirs = changed_lines(other)
+        if theirs:
+            best = max(best, len(mine & theirs) / len(mine | theirs))
+    return 1.0 - best
+
+
+def reward(record: dict, baseline: dict, config: RewardConfig) -> dict:
+    """The reward and its components for a finished experiment's note."""
+    status = record.get("status")
+    noise = max(baseline.get("noise_std") or 0.0, MIN_NOISE)
+    value = record.get("val_bpb")
+    if value is None and status == "early_stop" and record.get("checks"):
+        value = record["checks"][-1].get("mean")  # the forecast that stopped it
+    parent = record.get("parent_val_bpb")
+    improvement = 0.0
+    if isinstance(value, (int, float)) and isinstance(parent, (int, float)) and math.isfinite(value):
+        gain = (parent - value) / noise
+        improvement = config.improvement_weight * max(-config.improvement_clip, min(config.improvement_clip, gain))
+    efficiency = 0.0
+    if status not in ("invalid", None):
+        budget = record.get("budget_s") or 0.0
+        used = record.get("training_seconds") or record.get("seconds") or 0.0
+        if budget > 0:
+            efficiency -= config.time_weight * min(used / budget, 2.0)
+        base_memory, memory = baseline.get("peak_memory_mb"), record.get("peak_memory_mb")
+        if base_memory and memory:
+            efficiency -= config.memory_weight * (memory / base_memory - 1.0)
+        efficiency = max(-1.0, min(1.0, efficiency))
+    penalty = {"invalid": config.invalid_penalty, "crash": config.crash_penalty,
+               "timeout": config.timeout_penalty}.get(status, 0.0)
+    if status == "invalid" and record.get("backend_only"):
+        penalty = 0.0
+    bonus = 0.0 if status == "invalid" else config.novelty_epsilon * (record.get("novelty") or 0.0)
+    total = improvement + efficiency + bonus - penalty
+    return {"total": round(total, 6), "improvement": round(improvement, 6),
+            "efficiency": round(efficiency, 6), "novelty": round(bonus, 6), "penalty": penalty}

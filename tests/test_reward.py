@@ -1,0 +1,52 @@
+"""The reward: each term's direction and scale, and its place in every note."""
+import pytest
+
+from gitresearch.config import RewardConfig
+from gitresearch.policies.reward import novelty, reward
+
+BASE = {"noise_std": 0.01, "peak_memory_mb": 1000.0}
+CFG = RewardConfig()
+
+
+def run(**fields):
+    return {"status": "discard", "parent_val_bpb": 2.0, "val_bpb": 2.0, "budget_s": 60.0,
+            "training_seconds": 60.0, "peak_memory_mb": 1000.0, "novelty": 0.0, **fields}
+
+
+def test_improvement_is_in_noise_sigmas_and_clipped():
+    assert reward(run(val_bpb=1.98), BASE, CFG)["improvement"] == pytest.approx(2.0)
+    assert reward(run(val_bpb=2.03), BASE, CFG)["improvement"] == pytest.approx(-3.0)
+    assert reward(run(val_bpb=0.5), BASE, CFG)["improvement"] == CFG.improvement_clip
+    assert reward(run(val_bpb=1.98), {"noise_std": 0.0}, CFG)["improvement"] == pytest.approx(10.0)  # sigma floor 1e-3
+
+
+def test_efficiency_prefers_faster_lighter_and_early_stopped_losers():
+    equal = reward(run(), BASE, CFG)["efficiency"]
+    assert reward(run(peak_memory_mb=500.0), BASE, CFG)["efficiency"] > equal
+    assert reward(run(training_seconds=30.0), BASE, CFG)["efficiency"] > equal
+    stopped = run(status="early_stop", val_bpb=None, training_seconds=15.0,
+                  checks=[{"mean": 2.2}])
+    full_loser = run(val_bpb=2.2)
+    assert reward(stopped, BASE, CFG)["improvement"] == reward(full_loser, BASE, CFG)["improvement"]
+    assert reward(stopped, BASE, CFG)["total"] > reward(full_loser, BASE, CFG)["total"]
+
+
+def test_penalties_and_total():
+    assert reward(run(status="crash", val_bpb=None), BASE, CFG)["penalty"] == CFG.crash_penalty
+    assert reward(run(status="timeout", val_bpb=None), BASE, CFG)["penalty"] == CFG.timeout_penalty
+    invalid = reward({"status": "invalid", "novelty": 1.0}, BASE, CFG)
+    assert invalid == {"total": -1.0, "improvement": 0.0, "efficiency": 0.0, "novelty": 0.0, "penalty": 1.0}
+    assert reward({"status": "invalid", "backend_only": True}, BASE, CFG)["total"] == 0.0
+    r = reward(run(val_bpb=1.99, novelty=0.5), BASE, CFG)
+    assert r["total"] == pytest.approx(r["improvement"] + r["efficiency"] + r["novelty"] - r["penalty"])
+    assert r["novelty"] == pytest.approx(0.05)
+
+
+def test_novelty_is_one_minus_the_closest_jaccard():
+    a = "--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-LR = 0.1\n+LR = 0.2\n"
+    b = "--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-LR = 0.1\n+LR = 0.3\n"
+    c = "--- a/t.py\n+++ b/t.py\n@@ -2 +2 @@\n-DEPTH = 4\n+DEPTH = 6\n"
+    assert novelty(a, []) == 1.0
+    assert novelty(a, [a]) == 0.0
+    assert novelty(b, [a, c]) == pytest.approx(1 - 1 / 3)  # shares "LR = 0.1" of 3 distinct lines
+    assert novelty(c, [a, b]) == 1.0
