@@ -89,6 +89,28 @@ class RewardConfig:
 
 
 @dataclass(frozen=True)
+class RLConfig:
+    lora_r: int = 16  # LoRA rank
+    lora_alpha: float = 32.0
+    target_modules: tuple[str, ...] = ()  # empty: peft's default for the architecture
+    learning_rate: float = 5e-5  # AdamW on the adapters and the value head
+    kl_coef: float = 0.05  # per-token KL penalty to the reference (the base, adapters off)
+    gamma: float = 1.0  # discount over response tokens
+    lam: float = 0.95  # GAE lambda
+    clip_range: float = 0.2  # policy ratio clip
+    clip_range_value: float = 0.2  # value clip, around the values stored at generation
+    vf_coef: float = 0.5  # value loss weight
+    ent_coef: float = 0.01  # entropy bonus weight
+    max_grad_norm: float = 1.0
+    ppo_epochs: int = 4  # passes over the replay per update
+    minibatch_size: int = 1  # episodes per forward pass (left-padded with position_ids)
+    update_every: int = 4  # experiments between updates
+    replay_size: int = 32  # the newest episodes an update learns from
+    max_staleness: int = 2  # drop episodes generated more than this many versions ago
+    seed: int | None = None  # sampling seed; None: fresh entropy
+
+
+@dataclass(frozen=True)
 class LLMConfig:
     backend: str = "openai"  # openai (any chat-completions endpoint) | local (transformers)
     model: str = ""  # the endpoint's model name, or a local path / hub id
@@ -126,6 +148,7 @@ class Config:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
 
 

@@ -1,28 +1,9 @@
 """The local transformers backend: a tiny GPT-2 with random weights, built from a config
 here (no download), proposes through the loop; its garbage output ends as `invalid`."""
-import transformers
-
 from gitresearch.config import LLMConfig
 from gitresearch.gitstore import Store
-from helpers import FAKES, cli, make_repo
-
-
-def tiny_model(path, positions=4096):
-    """A byte-level BPE tokenizer trained on the fake train.py and a 1-layer GPT-2."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tokenizer.train_from_iterator([(FAKES / "curve.py").read_text()] * 4, trainer)
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>")
-    fast.save_pretrained(path)
-    config = transformers.GPT2Config(vocab_size=tokenizer.get_vocab_size(), n_positions=positions,
-                                     n_embd=32, n_layer=1, n_head=2, eos_token_id=0, bos_token_id=0)
-    transformers.GPT2LMHeadModel(config).save_pretrained(path)
-    return path
+from helpers import cli, make_repo
+from tiny_lm import tiny_model
 
 
 def test_local_backend_generates_and_counts(tmp_path):

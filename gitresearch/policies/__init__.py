@@ -71,7 +71,7 @@ class Policy(Protocol):
         """The finished experiment's note (its status, metric, reward)."""
 
 
-POLICIES = ("random", "llm")
+POLICIES = ("random", "llm", "rl")
 
 
 def make_policy(name: str, config: Config, store) -> Policy:
@@ -83,4 +83,8 @@ def make_policy(name: str, config: Config, store) -> Policy:
         from .llm import LLMPolicy
 
         return LLMPolicy(config, store)
+    if name == "rl":
+        from .rl import RLPolicy
+
+        return RLPolicy(config, store)
     raise PolicyError(f"unknown policy {name!r} (available: {', '.join(POLICIES)})")

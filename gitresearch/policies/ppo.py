@@ -1,0 +1,269 @@
+"""PPO on the LoRA adapters of a causal LM, for rewards that arrive minutes after the text.
+
+- Policy: a transformers causal LM with LoRA adapters (peft); the base stays frozen. The
+  reference policy is the same model with the adapters disabled, so there is no second copy.
+  Dropout is set to 0 everywhere (the log-probs of generation and update must agree).
+- Value head: a linear layer on the last hidden state, zero-initialised.
+- Episode: prompt ids, response ids (cut at the first EOS, which is kept as the last action),
+  and, stored at generation time, the behaviour log-probs, the reference log-probs and the
+  values of the response tokens: rewards come minutes later, possibly after an update.
+- Update (every `update_every` experiments, on the newest `replay_size` rewarded episodes,
+  dropping those generated more than `max_staleness` versions ago): per-token rewards
+  r_t = -kl_coef (logp_behaviour - logp_ref), plus the experiment's reward on the last token;
+  GAE(gamma, lam) on the stored values; advantages whitened over the batch (a batch of one
+  episode is only scaled: centring its own tokens would flip the sign of some); `ppo_epochs` passes of
+  clipped policy loss + vf_coef x clipped value loss - ent_coef x entropy, gradient norm
+  clipped at max_grad_norm, AdamW.
+- Sampling: at [llm] temperature, with no top-k or top-p cut, so the stored behaviour log-probs
+  are those of the distribution sampled (the logits are divided by the temperature in both).
+- Batches are left-padded with explicit position_ids (without them a left-padded sequence
+  would see shifted positions). Before any update the ratio is exactly 1 and the KL exactly 0
+  (LoRA's B starts at zero).
+- State (`save`/`load`, under <git dir>/gitresearch/rl/): the adapters (peft), the value head,
+  the optimizer, the episode buffer and the counters. peft's save_pretrained does not save the
+  value head, so it has a file of its own.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..config import LLMConfig, RLConfig
+
+STATE_FILES = ("adapter", "value_head.pt", "optimizer.pt", "episodes.jsonl", "counters.json")
+
+
+@dataclass
+class Episode:
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]  # behaviour log-probs of the response tokens, at generation
+    ref_logprobs: list[float]  # reference (adapters off) log-probs, at generation
+    values: list[float]  # value estimates, at generation
+    version: int  # policy version that generated it
+    reward: float | None = None
+    experiment: int | None = None
+    stats: dict = field(default_factory=dict)
+
+
+def zero_dropout(config) -> None:
+    for name in list(vars(config)):
+        if ("dropout" in name or "pdrop" in name) and isinstance(getattr(config, name), float):
+            setattr(config, name, 0.0)
+
+
+class PPOLearner:
+    def __init__(self, model: str, rl: RLConfig, llm: LLMConfig, state_dir: Path | None = None):
+        import peft
+        from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as LORA_TARGETS
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        from transformers.pytorch_utils import Conv1D
+
+        self.rl, self.llm, self.state_dir = rl, llm, Path(state_dir) if state_dir else None
+        self.device = llm.device if llm.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(model)
+        config = AutoConfig.from_pretrained(model)
+        zero_dropout(config)
+        dtype = "auto" if llm.dtype == "auto" else getattr(torch, llm.dtype)
+        base = AutoModelForCausalLM.from_pretrained(model, config=config, dtype=dtype)
+        targets = list(rl.target_modules) or list(LORA_TARGETS.get(base.config.model_type, [])) or None
+        # GPT-2-style Conv1D layers store their weight transposed: LoRA has to be told
+        conv1d = any(isinstance(module, Conv1D) and name.rsplit(".", 1)[-1] in (targets or ())
+                     for name, module in base.named_modules())
+        lora = peft.LoraConfig(r=rl.lora_r, lora_alpha=rl.lora_alpha, lora_dropout=0.0,
+                               target_modules=targets, fan_in_fan_out=conv1d, task_type="CAUSAL_LM")
+        self.model = peft.get_peft_model(base, lora).to(self.device)
+        self.model.eval()  # no dropout; gradients still flow
+        hidden = self.model.config.hidden_size if hasattr(self.model.config, "hidden_size") else self.model.config.n_embd
+        self.value_head = torch.nn.Linear(hidden, 1).to(self.device)
+        torch.nn.init.zeros_(self.value_head.weight)
+        torch.nn.init.zeros_(self.value_head.bias)
+        params = [p for p in self.model.parameters() if p.requires_grad] + list(self.value_head.parameters())
+        self.optimizer = torch.optim.AdamW(params, lr=rl.learning_rate)
+        self.version, self.experiments, self.updates = 0, 0, 0
+        self.episodes: list[Episode] = []
+        positions = getattr(self.model.config, "max_position_embeddings", None) or getattr(self.model.config, "n_positions", None)
+        self.context_tokens = min(llm.context_tokens, positions) if positions else llm.context_tokens
+        self.temperature = llm.temperature if llm.temperature > 0 else 1.0  # the policy samples
+        self.eos = self.tokenizer.eos_token_id
+        self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (self.eos or 0)
+        if self.state_dir and (self.state_dir / "counters.json").exists():
+            self.load()
+
+    # -- text ---------------------------------------------------------------------------------
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def render(self, messages: list[dict]) -> str:
+        if getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return "\n\n".join(f"{m['role'].upper()}:\n{m['content']}" for m in messages) + "\n\nASSISTANT:\n"
+
+    def generate(self, messages: list[dict], seed: int | None = None) -> tuple[str, Episode]:
+        """Sample a reply and score it (behaviour and reference log-probs, values) at once."""
+        prompt_ids = self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"]
+        if seed is not None:
+            torch.manual_seed(seed)
+        inputs = torch.tensor([prompt_ids], device=self.device)
+        with torch.no_grad():  # sample from exactly the distribution `score` evaluates: no top-k/p
+            out = self.model.generate(input_ids=inputs, attention_mask=torch.ones_like(inputs),
+                                      do_sample=True, max_new_tokens=self.llm.max_tokens,
+                                      temperature=self.temperature, top_k=0, top_p=1.0,
+                                      pad_token_id=self.pad)
+        response = out[0, len(prompt_ids):].tolist()
+        if self.eos is not None and self.eos in response:  # cut at the first EOS, not at the pad id
+            response = response[:response.index(self.eos) + 1]
+        if not response:
+            response = [self.eos if self.eos is not None else self.pad]
+        episode = Episode(prompt_ids, response, [], [], [], self.version)
+        with torch.no_grad():
+            logprobs, values, _ = self.score([episode])
+            with self.model.disable_adapter():
+                ref, _, _ = self.score([episode])
+        episode.logprobs, episode.values, episode.ref_logprobs = logprobs[0].tolist(), values[0].tolist(), ref[0].tolist()
+        text = self.tokenizer.decode([t for t in response if t != self.eos], skip_special_tokens=True)
+        return text, episode
+
+    # -- scoring ------------------------------------------------------------------------------
+
+    def score(self, episodes: list[Episode]):
+        """Per response token: log-prob, value and entropy, each a list of tensors (one per
+        episode), from one left-padded forward pass."""
+        seqs = [e.prompt_ids + e.response_ids for e in episodes]
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.pad, dtype=torch.long, device=self.device)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long, device=self.device)
+        for i, s in enumerate(seqs):
+            ids[i, width - len(s):] = torch.tensor(s, device=self.device)
+            mask[i, width - len(s):] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: count real tokens only
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, output_hidden_states=True)
+        logits = out.logits[:, :-1].float() / self.temperature
+        logp_all = F.log_softmax(logits, dim=-1)
+        token_logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        values = self.value_head(out.hidden_states[-1][:, :-1].float()).squeeze(-1)
+        logps, vals, ents = [], [], []
+        for i, e in enumerate(episodes):
+            n = len(e.response_ids)  # the last n targets of row i are the response tokens
+            logps.append(token_logp[i, -n:])
+            vals.append(values[i, -n:])
+            ents.append(entropy[i, -n:])
+        return logps, vals, ents
+
+    # -- learning -----------------------------------------------------------------------------
+
+    def add(self, episode: Episode, reward: float, experiment: int | None = None) -> None:
+        episode.reward, episode.experiment = float(reward), experiment
+        self.episodes.append(episode)
+        self.episodes = self.episodes[-max(self.rl.replay_size * 4, 64):]
+
+    def advantages(self, episode: Episode) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAE over the response tokens with the KL-penalised per-token rewards."""
+        rl = self.rl
+        logp, ref = torch.tensor(episode.logprobs), torch.tensor(episode.ref_logprobs)
+        rewards = -rl.kl_coef * (logp - ref)
+        rewards[-1] += episode.reward
+        values = torch.tensor(episode.values)
+        adv, last = torch.zeros_like(values), 0.0
+        for t in reversed(range(len(values))):
+            next_value = values[t + 1] if t + 1 < len(values) else 0.0
+            delta = rewards[t] + rl.gamma * next_value - values[t]
+            last = delta + rl.gamma * rl.lam * last
+            adv[t] = last
+        return adv, adv + values
+
+    def update(self) -> dict:
+        """One PPO update on the replay; returns its statistics (empty when nothing to learn)."""
+        rl = self.rl
+        batch = [e for e in self.episodes[-rl.replay_size:]
+                 if e.reward is not None and self.version - e.version <= rl.max_staleness]
+        if not batch:
+            return {}
+        gae = [self.advantages(e) for e in batch]
+        flat = torch.cat([a for a, _ in gae])
+        # whitened over the batch; a single episode is only scaled (centring its own tokens
+        # would flip the sign of some of them)
+        shift = flat.mean() if len(batch) > 1 else torch.tensor(0.0)
+        scale = flat.std() if flat.numel() > 1 else torch.tensor(1.0)
+        scale = scale if torch.isfinite(scale) and scale > 1e-8 else torch.tensor(1.0)
+        gae = [((adv - shift) / scale, ret) for adv, ret in gae]
+        stats = {"episodes": len(batch), "mean_reward": sum(e.reward for e in batch) / len(batch)}
+        totals = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "kl": 0.0,
+                  "ratio": 0.0, "clip_frac": 0.0}
+        steps = 0
+        for _ in range(rl.ppo_epochs):
+            for start in range(0, len(batch), rl.minibatch_size):
+                chunk = list(range(start, min(start + rl.minibatch_size, len(batch))))
+                logps, vals, ents = self.score([batch[i] for i in chunk])
+                losses = []
+                for j, i in enumerate(chunk):
+                    e, (adv, ret) = batch[i], gae[i]
+                    adv, ret = adv.to(self.device), ret.to(self.device)
+                    old_logp = torch.tensor(e.logprobs, device=self.device)
+                    old_v = torch.tensor(e.values, device=self.device)
+                    ratio = torch.exp(logps[j] - old_logp)
+                    clipped = torch.clamp(ratio, 1 - rl.clip_range, 1 + rl.clip_range)
+                    policy_loss = torch.max(-adv * ratio, -adv * clipped).mean()
+                    v_clip = old_v + torch.clamp(vals[j] - old_v, -rl.clip_range_value, rl.clip_range_value)
+                    value_loss = 0.5 * torch.max((vals[j] - ret) ** 2, (v_clip - ret) ** 2).mean()
+                    entropy = ents[j].mean()
+                    losses.append(policy_loss + rl.vf_coef * value_loss - rl.ent_coef * entropy)
+                    with torch.no_grad():
+                        ref = torch.tensor(e.ref_logprobs, device=self.device)
+                        for key, value in (("policy_loss", policy_loss), ("value_loss", value_loss),
+                                           ("entropy", entropy), ("kl", (logps[j] - ref).mean()),
+                                           ("ratio", ratio.mean()),
+                                           ("clip_frac", ((ratio - 1).abs() > rl.clip_range).float().mean())):
+                            totals[key] += float(value)
+                        steps += 1
+                loss = torch.stack(losses).mean()
+                totals["loss"] += float(loss.detach()) * len(chunk)
+                self.optimizer.zero_grad()
+                loss.backward()
+                params = [p for g in self.optimizer.param_groups for p in g["params"]]
+                torch.nn.utils.clip_grad_norm_(params, rl.max_grad_norm)
+                self.optimizer.step()
+        stats.update({k: v / max(steps, 1) for k, v in totals.items()})
+        self.version += 1
+        self.updates += 1
+        stats["version"] = self.version
+        if self.state_dir:
+            self.save()
+        return stats
+
+    # -- state --------------------------------------------------------------------------------
+
+    def save(self, directory: Path | None = None) -> Path:
+        directory = Path(directory or self.state_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(directory / "adapter")
+        torch.save(self.value_head.state_dict(), directory / "value_head.pt")
+        torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
+        tmp = directory / "episodes.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(asdict(e)) + "\n" for e in self.episodes))
+        tmp.replace(directory / "episodes.jsonl")
+        counters = {"schema": 1, "version": self.version, "experiments": self.experiments, "updates": self.updates}
+        tmp = directory / "counters.json.tmp"
+        tmp.write_text(json.dumps(counters))
+        tmp.replace(directory / "counters.json")  # last: a state with counters is complete
+        return directory
+
+    def load(self, directory: Path | None = None) -> None:
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        directory = Path(directory or self.state_dir)
+        set_peft_model_state_dict(self.model, load_file(directory / "adapter" / "adapter_model.safetensors",
+                                                        device=str(self.device)))
+        self.value_head.load_state_dict(torch.load(directory / "value_head.pt", map_location=self.device))
+        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", map_location=self.device))
+        self.episodes = [Episode(**json.loads(line)) for line in
+                         (directory / "episodes.jsonl").read_text().splitlines() if line.strip()]
+        counters = json.loads((directory / "counters.json").read_text())
+        self.version, self.experiments, self.updates = counters["version"], counters["experiments"], counters["updates"]

@@ -1,0 +1,71 @@
+"""The RL policy: a local LM writes the diffs and is fine-tuned online with PPO on the
+experiments' rewards (SPEC 2, 4).
+
+    gitresearch loop --policy rl --model Qwen/Qwen2.5-Coder-0.5B-Instruct
+    gitresearch loop --policy rl --model ./my-model      # [rl] settings in gitresearch.toml
+
+It shares the prompt builder and the reply parsing with the LLM policy, and the loop's
+validation and retry path. Every sample is an episode: a try that fails validation gets the
+invalid penalty as its reward at once (the loop then asks again, with the error in the
+prompt); the proposal that ran gets the reward of its note. Every `update_every`
+experiments the learner runs a PPO update and saves its state under
+<git dir>/gitresearch/rl/, from which a later `loop --policy rl` resumes. Each note's
+policy_data records the policy version (updates so far) that proposed it.
+"""
+from __future__ import annotations
+
+import json
+import random
+
+from . import InvalidReply, PolicyError, Proposal, State
+from .llm import load_system_prompt
+from .ppo import PPOLearner
+from .prompt import build_prompt
+from .reply import parse_reply
+
+
+class RLPolicy:
+    name = "rl"
+
+    def __init__(self, config, store, learner: PPOLearner | None = None):
+        self.config, self.store = config, store
+        self.state_dir = store.state_dir / "rl"
+        if learner is None and not config.llm.model:
+            raise PolicyError("the rl policy needs a local model: --model PATH_OR_HUB_ID ([llm] model)")
+        self.learner = learner or PPOLearner(config.llm.model, config.rl, config.llm, self.state_dir)
+        self.system = load_system_prompt(store.root, config.policy.system_prompt)
+        self.rng = random.Random(config.rl.seed)
+        self.pending = None  # the episode of the last sample, waiting for its reward
+
+    def propose(self, state: State) -> Proposal:
+        if state.attempts and self.pending is not None:  # the last sample failed validation
+            self.learner.add(self.pending, -self.config.reward.invalid_penalty)
+            self.pending = None
+        prompt = build_prompt(state, self.learner.count_tokens, self.learner.context_tokens,
+                              self.config.llm.max_tokens, self.system)
+        seed = self.rng.randrange(2 ** 31) if self.config.rl.seed is not None else None
+        text, episode = self.learner.generate(prompt.messages, seed=seed)
+        self.pending = episode
+        data = {"policy_version": self.learner.version, "model": self.config.llm.model,
+                "prompt_tokens": len(episode.prompt_ids), "response_tokens": len(episode.response_ids),
+                "history_shown": prompt.history_shown}
+        try:
+            description, diff = parse_reply(text, state.files, self.store.make_diff)
+        except InvalidReply as err:
+            raise InvalidReply(str(err), text, data) from None
+        return Proposal(diff, description, data, reply=text)
+
+    def observe(self, record: dict) -> None:
+        """The finished experiment: its reward goes to the sample that proposed it; every
+        `update_every` experiments, a PPO update."""
+        if self.pending is not None:
+            self.learner.add(self.pending, (record.get("reward") or {}).get("total", 0.0), record.get("experiment"))
+            self.pending = None
+        self.learner.experiments += 1
+        if self.learner.experiments % max(1, self.config.rl.update_every) == 0:
+            stats = self.learner.update()
+            if stats:
+                with open(self.state_dir / "updates.jsonl", "a") as log:
+                    log.write(json.dumps({"experiment": record.get("experiment"), **stats}) + "\n")
+        else:
+            self.learner.save(self.state_dir)  # the buffer and counters survive a restart

@@ -1,0 +1,35 @@
+"""`gitresearch loop --policy rl` end to end: a tiny random LM proposes, PPO updates happen,
+notes carry rewards and policy versions, and a later loop resumes the learner's state."""
+import json
+
+from gitresearch.gitstore import Store
+from helpers import cli, make_repo
+from tiny_lm import tiny_model
+
+RL_CONFIG = ('[policy]\nmax_tries = 2\n[llm]\nmax_tokens = 16\ncontext_tokens = 4096\ntemperature = 1.0\n'
+             '[rl]\nupdate_every = 2\nppo_epochs = 1\nlora_r = 4\nlora_alpha = 8.0\nseed = 7\n')
+
+
+def test_rl_loop_updates_records_and_resumes(tmp_path):
+    model = tiny_model(tmp_path / "model")
+    repo = make_repo(tmp_path / "repo", config=RL_CONFIG)
+    cli("init", cwd=repo)
+    out = cli("loop", "--policy", "rl", "--model", str(model), "--max-experiments", "4", cwd=repo).stdout
+    assert "stopped: reached 4 experiments" in out
+    store = Store(repo)
+    records = sorted((e.record for e in store.experiments() if e.number > 0), key=lambda r: r["experiment"])
+    assert [r["policy_data"]["policy_version"] for r in records] == [0, 0, 1, 1]
+    for record in records:  # a random model writes no valid diff: each try is an episode
+        assert record["status"] == "invalid" and record["policy"] == "rl"
+        assert record["reward"]["total"] == -1.0 and len(record["attempts"]) == 2
+    state = repo / ".git" / "gitresearch" / "rl"
+    updates = [json.loads(line) for line in (state / "updates.jsonl").read_text().splitlines()]
+    assert [u["version"] for u in updates] == [1, 2] and all(u["episodes"] >= 2 for u in updates)
+    assert updates[0]["mean_reward"] == -1.0 and abs(updates[0]["ratio"] - 1.0) < 0.05  # fresh episodes
+    counters = json.loads((state / "counters.json").read_text())
+    assert counters == {"schema": 1, "version": 2, "experiments": 4, "updates": 2}
+    # a new loop resumes the learner: version 2 proposes the next experiment
+    cli("loop", "--policy", "rl", "--model", str(model), "--max-experiments", "5", cwd=repo)
+    newest = Store(repo).experiments()[0].record
+    assert newest["experiment"] == 5 and newest["policy_data"]["policy_version"] == 2
+    assert json.loads((state / "counters.json").read_text())["experiments"] == 5
