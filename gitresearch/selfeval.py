@@ -16,9 +16,11 @@ fraction of the budget. Candidates: `relative` (the anchor's gap to the best fin
 the same time predicts the gap of the finals) and blends w x extrapolate + (1 - w) x anchor;
 each maps to the final by a Theil-Sen line, and the candidate whose leave-one-out residuals
 leave the least room below the prediction wins. Its sd is the split-conformal one-sided 95 %
-bound of how far below the prediction a final landed, / 1.645. The reported 90 % interval
-also spans every candidate's forecast (their disagreement is model uncertainty, largest for
-a run far outside the calibrated range). With fewer than MIN_HISTORY
+bound of how far below the prediction a final landed, / 1.645 (this drives the decision).
+The reported 90 % interval is normalized split-conformal, 95 % per side: residuals are
+scaled by each run's distance from the best run's raw forecast, because the finished runs
+the lines are fitted on sit mostly near the best (the losers were stopped), so a run far
+from it is predicted less surely. With fewer than MIN_HISTORY
 finished runs the sd is UNTRUSTED_SD, so nothing is stopped on a guess.
 
 The decision: a Wald SPRT on the final value mu of this run, with threshold theta = best so
@@ -206,10 +208,7 @@ def _conformal_sd(residuals: list[float], center: float = 0.0) -> float:
     return _conformal([center - r for r in residuals]) / Z90
 
 
-# Each side of the reported 90 % interval is a conformal bound at this level: new runs are
-# less alike than the history's leave-one-out residuals suggest (measured on the CPU corpus:
-# 95 % per side covered about 72 % of finals), so each side takes a wider order statistic.
-INTERVAL_LEVEL = 0.975
+INTERVAL_LEVEL = 0.95  # each side of the reported 90 % interval (normalized conformal)
 BLEND_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # weights of `extrapolate` against `anchor`
 MIN_REGRESSION = 6  # finished runs needed to fit a slope, not only a shift
 
@@ -255,22 +254,35 @@ def forecast(times, values, budget: float, calibration: Calibration) -> Forecast
     fraction = max(times) / budget
     pairs = [(a - anchor_ref, final - final_ref) for a, final in history["anchor"]]
     predict, res = calibration.model(fraction, "relative", pairs)
-    options.append((max(_conformal_sd(res), 1e-4), final_ref + predict(means["anchor"] - anchor_ref),
-                    "relative", _conformal(res, INTERVAL_LEVEL, True),
-                    _conformal([-r for r in res], INTERVAL_LEVEL, True)))
+    x = means["anchor"] - anchor_ref
+    options.append((max(_conformal_sd(res), 1e-4), final_ref + predict(x), "relative",
+                    *_normalized_interval(pairs, res, x, 0.0)))
     for w in BLEND_WEIGHTS:
         pairs = [(w * e + (1 - w) * a, final) for (e, final), (a, _) in
                  zip(history["extrapolate"], history["anchor"])]
         predict, res = calibration.model(fraction, f"w={w:g}", pairs)
+        x = w * means["extrapolate"] + (1 - w) * means["anchor"]
         # a run fitted worse than typical widens its own interval, in proportion to w
         spread = max(_conformal_sd(res), w * fit_sd, 1e-4)
-        options.append((spread, predict(w * means["extrapolate"] + (1 - w) * means["anchor"]),
-                        f"w={w:g}", max(_conformal(res, INTERVAL_LEVEL, True), Z90 * w * fit_sd),
-                        max(_conformal([-r for r in res], INTERVAL_LEVEL, True), Z90 * w * fit_sd)))
+        upper, lower = _normalized_interval(pairs, res, x, min(pairs, key=lambda pair: pair[1])[0])
+        options.append((spread, predict(x), f"w={w:g}", max(upper, Z90 * w * fit_sd),
+                        max(lower, Z90 * w * fit_sd)))
     sd, mean, kind, upper, lower = min(options, key=lambda option: option[0])
-    means = [option[1] for option in options]
-    upper, lower = max(upper, max(means) - mean), max(lower, mean - min(means))
     return Forecast(mean, sd, fit, kind, upper, lower)
+
+
+def _normalized_interval(pairs, residuals, x: float, x_ref: float) -> tuple[float, float]:
+    """(upper, lower) reach of the reported 90 % interval: normalized split-conformal. Each
+    residual is divided by the run's distance from the best run's raw forecast (plus the
+    median distance), so a run far from the best, where the calibration line is least
+    supported (finished runs are mostly near the best: the losers were stopped), gets a wider
+    interval and one near the best a tighter one."""
+    distances = [abs(raw - x_ref) for raw, _ in pairs]
+    base = max(statistics.median(distances), 1e-6)
+    scores = [r / (d + base) for r, d in zip(residuals, distances)]
+    scale = abs(x - x_ref) + base
+    return (_conformal(scores, INTERVAL_LEVEL, True) * scale,
+            _conformal([-v for v in scores], INTERVAL_LEVEL, True) * scale)
 
 
 @dataclass(frozen=True)
