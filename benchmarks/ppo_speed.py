@@ -18,6 +18,10 @@ R = reply tokens, L = P + R:
     update         = ppo_epochs x episodes x 4 N L / (0.4 x 989e12)
 (LoRA: the backward pass still carries activation gradients through the frozen weights,
 ~2 N L, but computes no weight gradient for them: 4 N L per sequence instead of 6 N L.)
+These are roofline bounds: transformers' `generate` at batch 1 is bound by kernel launches
+and Python for small models (tens of ms per token rather than the ~0.5 ms the bandwidth
+allows for 0.5B), so expect its decoding to be several times slower than estimated; an
+inference engine with CUDA graphs comes close to the bound.
 
 Output: a table, or with --json one object per line: {"kind": "measured" | "estimate", ...}.
 """
