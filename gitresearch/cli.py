@@ -4,18 +4,22 @@
     gitresearch loop --policy random --budget 20 --max-experiments 5
     gitresearch loop --policy llm --backend openai --model NAME [--base-url URL]
     gitresearch status | log [-n K] [--json] | show REV [--json] | run [REV]
+    gitresearch plot -o progress.png | export --tsv results.tsv
+    git bisect run gitresearch bisect-run [--rerun] [--threshold X]
 """
 from __future__ import annotations
 
 import json
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 import click
 from rich.console import Console
 
 from . import bench as bench_mod
+from . import bisect, export
 from . import config as cfg
 from . import report
 from . import selfeval
@@ -109,9 +113,15 @@ def run(rev, budget, as_json):
 
 
 @main.command()
-def status():
-    """Summary: experiments by status, baseline vs best, experiments per hour."""
-    report.print_status(Store(_repo_root()), Console())
+@click.option("--json", "as_json", is_flag=True, help="the summary as one JSON object")
+def status(as_json):
+    """Experiments by status, baseline vs best, experiments per hour, budget share, compute
+    saved by early stop, and the best chain."""
+    store = Store(_repo_root())
+    if as_json:
+        click.echo(json.dumps(report.summarise(store)))
+    else:
+        report.print_status(store, Console())
 
 
 @main.command()
@@ -138,6 +148,40 @@ def show(rev, as_json):
     except GitError as err:
         raise click.ClickException(str(err)) from err
     click.echo(json.dumps(record, indent=None if as_json else 2, sort_keys=True))
+
+
+@main.command()
+@click.option("-o", "--output", default="progress.png", show_default=True, type=click.Path(dir_okay=False, path_type=Path))
+def plot(output):
+    """Chart every experiment's val_bpb and the running best (PNG, headless)."""
+    count = export.plot(Store(_repo_root()), output)
+    click.echo(f"wrote {output} ({count} experiments)")
+
+
+@main.command("export")
+@click.option("--tsv", "tsv", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="write autoresearch's results.tsv format here")
+def export_cmd(tsv):
+    """Export the experiments as autoresearch's results.tsv (commit, val_bpb, memory_gb, status, description)."""
+    count = export.export_tsv(Store(_repo_root()), tsv)
+    click.echo(f"wrote {tsv} ({count} experiments)")
+
+
+@main.command("bisect-run")
+@click.option("--rerun", is_flag=True, help="train the commit under the budget instead of reading its note")
+@click.option("--threshold", type=float, help="val_bpb at or below which a commit is `better` "
+                                              "[default: halfway between baseline and best]")
+@click.option("--budget", type=float, help="training seconds for --rerun [run] budget_s")
+def bisect_run_cmd(rerun, threshold, budget):
+    """The test of `git bisect run`: exit 0 worse, 1 better, 125 skip (never 128 or above)."""
+    try:
+        root = _repo_root()
+        code, why = bisect.bisect_run(Store(root), _load(root, **{"run.budget_s": budget}), threshold, rerun)
+    except Exception as err:  # noqa: BLE001 - an uncaught error would exit 1 (`better`): skip instead, loudly
+        traceback.print_exc()
+        code, why = bisect.SKIP, f"skip: {type(err).__name__}: {err}"
+    click.echo(why)
+    sys.exit(code)
 
 
 @main.group()

@@ -44,12 +44,14 @@ def show_record(store: Store, rev: str) -> dict:
 
 
 def summarise(store: Store) -> dict:
-    rows = log_records(store)
-    by_status = collections.Counter(r["status"] for r in rows)
-    baseline = next((r for r in rows if r["status"] == "baseline"), None)
-    chain = [store.read_note(c) or {} for c in store.best_chain()]
+    experiments = store.experiments()
+    notes = [e.record for e in experiments if e.record is not None]
+    by_status = collections.Counter(n.get("status") for n in notes)
+    baseline = next((n for n in notes if n.get("status") == "baseline"), None)
+    known = {e.commit: e.record for e in experiments}
+    chain_commits = store.best_chain()
+    chain = [(known.get(c) if c in known else store.read_note(c)) or {} for c in chain_commits]
     best = chain[0] if chain else {}
-    notes = [store.read_note(r["commit"]) or {} for r in rows]
     runs = [n for n in notes if n.get("status") not in ("baseline", "invalid", None)]
     starts = [n["started"] for n in runs if n.get("started")]
     ends = [n["finished"] for n in runs if n.get("finished")]
@@ -61,15 +63,15 @@ def summarise(store: Store) -> dict:
                 if n.get("status") == "early_stop" and n.get("budget_s"))
     base_bpb, best_bpb = (baseline or {}).get("val_bpb"), best.get("val_bpb")
     return {
-        "experiments": len(rows) - (baseline is not None), "by_status": dict(by_status),
+        "experiments": len(notes) - (baseline is not None), "by_status": dict(by_status),
         "baseline_val_bpb": base_bpb, "best_val_bpb": best_bpb,
         "relative_gain": (base_bpb - best_bpb) / base_bpb if base_bpb and best_bpb else None,
         "experiments_per_hour": len(runs) / hours if hours else None,
         "mean_budget_share": sum(shares) / len(shares) if shares else None,
         "compute_saved": saved / total_budget if total_budget else 0.0,
-        "best_chain": [{"commit": c, "val_bpb": n.get("val_bpb"), "status": n.get("status"),
-                        "description": store.repo[c].message.split("\n")[0]}
-                       for c, n in zip(store.best_chain(), chain)],
+        "best_chain": [{"commit": c, "experiment": n.get("experiment"), "val_bpb": n.get("val_bpb"),
+                        "status": n.get("status"), "description": store.subject(c)}
+                       for c, n in zip(chain_commits, chain)],
     }
 
 
@@ -77,26 +79,28 @@ def _fmt(value, spec=".6f"):
     return "-" if value is None else format(value, spec)
 
 
-def print_status(store: Store, console: Console) -> None:
+def print_status(store: Store, console: Console) -> dict:
     s = summarise(store)
     table = Table(title="gitresearch status", show_header=False)
     table.add_row("experiments", str(s["experiments"]))
-    for status, n in sorted(s["by_status"].items()):
+    for status, n in sorted(s["by_status"].items(), key=lambda item: -item[1]):
         table.add_row(f"  {status}", str(n))
     table.add_row("baseline val_bpb", _fmt(s["baseline_val_bpb"]))
-    gain = f" ({_fmt(s['relative_gain'] and 100 * s['relative_gain'], '.2f')}% better)" if s["relative_gain"] else ""
+    gain = f" ({100 * s['relative_gain']:.2f}% better)" if s["relative_gain"] else ""
     table.add_row("best val_bpb", _fmt(s["best_val_bpb"]) + gain)
     table.add_row("experiments per hour", _fmt(s["experiments_per_hour"], ".1f"))
-    table.add_row("mean budget share used", _fmt(s["mean_budget_share"] and 100 * s["mean_budget_share"], ".1f") + "%")
+    share = s["mean_budget_share"]
+    table.add_row("mean budget share used", "-" if share is None else f"{100 * share:.1f}%")
     table.add_row("compute saved by early stop", f"{100 * s['compute_saved']:.1f}%")
     console.print(table)
     chain = Table(title="best chain (newest first)")
-    for col in ("commit", "val_bpb", "status", "description"):
+    for col in ("#", "commit", "val_bpb", "status", "description"):
         chain.add_column(col)
     for link in s["best_chain"]:
-        chain.add_row(link["commit"][:10], _fmt(link["val_bpb"]), link["status"] or "-",
-                      link["description"])
+        chain.add_row(str(link["experiment"]), link["commit"][:10], _fmt(link["val_bpb"]),
+                      link["status"] or "-", link["description"])
     console.print(chain)
+    return s
 
 
 def print_log(rows: list[dict], console: Console) -> None:

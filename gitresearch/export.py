@@ -1,0 +1,96 @@
+"""Results out of git: the autoresearch `results.tsv` and the progress chart.
+
+    gitresearch export --tsv results.tsv
+    gitresearch plot -o progress.png
+
+results.tsv is tab-separated with autoresearch's header and columns: commit (7 characters),
+val_bpb (6 decimals, 0.000000 when the run gave none), memory_gb (peak, 1 decimal), status,
+description; one row per experiment, oldest first, the baseline included. Statuses are
+gitresearch's own (keep, discard, crash, and also baseline, early_stop, timeout, invalid):
+notebooks that count `keep` rows work unchanged.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from .gitstore import Store
+
+TSV_HEADER = ("commit", "val_bpb", "memory_gb", "status", "description")
+
+
+def rows(store: Store) -> list[dict]:
+    """Finished experiments, oldest first, with what the exports need."""
+    out = []
+    for exp in reversed(store.experiments()):
+        if exp.record is None:
+            continue
+        record = exp.record
+        out.append({"experiment": exp.number, "commit": exp.commit, "status": record.get("status", "?"),
+                    "val_bpb": record.get("val_bpb"), "memory_mb": record.get("peak_memory_mb"),
+                    "description": (record.get("description") or exp.description).replace("\t", " ").replace("\n", " "),
+                    "forecast": ((record.get("checks") or [{}])[-1] or {}).get("mean")})
+    return out
+
+
+def export_tsv(store: Store, path: Path) -> int:
+    data = rows(store)
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+        writer.writerow(TSV_HEADER)
+        for r in data:
+            memory = (r["memory_mb"] or 0.0) / 1024
+            writer.writerow([r["commit"][:7], f"{r['val_bpb'] or 0.0:.6f}", f"{memory:.1f}", r["status"],
+                             r["description"]])
+    return len(data)
+
+
+def plot(store: Store, path: Path, title: str = "gitresearch progress") -> int:
+    """Every experiment's val_bpb in order: kept ones highlighted and labelled, discarded and
+    early-stopped ones dimmed, failures marked on the axis; the running best as a step line."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless
+    import matplotlib.pyplot as plt
+
+    data = rows(store)
+    fig, ax = plt.subplots(figsize=(11, 5.5), dpi=120)
+    values = [r["val_bpb"] for r in data if isinstance(r["val_bpb"], (int, float))]
+    floor = min(values) if values else 0.0
+    styles = {"discard": dict(color="0.6", alpha=0.5, marker="o", s=18, label="discarded"),
+              "early_stop": dict(color="tab:orange", alpha=0.35, marker="v", s=18, label="early stop"),
+              "keep": dict(color="tab:green", alpha=1.0, marker="*", s=120, label="kept", zorder=3),
+              "baseline": dict(color="tab:blue", alpha=1.0, marker="s", s=50, label="baseline", zorder=3)}
+    for status, style in styles.items():
+        # an early-stopped run has no final value: it is drawn at the forecast that stopped it
+        key = "forecast" if status == "early_stop" else "val_bpb"
+        points = [(i, r[key]) for i, r in enumerate(data)
+                  if r["status"] == status and isinstance(r[key], (int, float))]
+        if points:
+            ax.scatter([p[0] for p in points], [p[1] for p in points], **style)
+    failed = [i for i, r in enumerate(data) if r["status"] in ("crash", "timeout", "invalid")]
+    if failed:
+        ax.scatter(failed, [floor] * len(failed), color="tab:red", marker="x", s=30,
+                   label="crash / timeout / invalid", zorder=3)
+    best, xs, ys = None, [], []
+    for i, r in enumerate(data):
+        if r["status"] in ("baseline", "keep") and isinstance(r["val_bpb"], (int, float)):
+            best = r["val_bpb"] if best is None else min(best, r["val_bpb"])
+        if best is not None:
+            xs.append(i)
+            ys.append(best)
+    if xs:
+        ax.step(xs, ys, where="post", color="tab:green", linewidth=1.5, label="running best")
+    for i, r in enumerate(data):
+        if r["status"] == "keep":
+            ax.annotate(r["description"][:40], (i, r["val_bpb"]), textcoords="offset points",
+                        xytext=(4, 6), fontsize=7, rotation=20)
+    ax.set_xlabel("experiment")
+    ax.set_ylabel("val_bpb (lower is better)")
+    ax.set_title(f"{title}: {len(data)} experiments")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return len(data)
