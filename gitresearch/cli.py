@@ -74,18 +74,21 @@ def init(directory: Path, template: str | None):
 @click.option("--patience", type=int, help="stop after this many experiments without a keep")
 @click.option("--early-stop/--no-early-stop", default=None, help="self-evaluation on or off")
 @click.option("--seed", type=int, help="random policy seed")
-def loop(policy, backend, model, base_url, budget, max_experiments, max_hours, patience, early_stop, seed):
+@click.option("--workers", type=int, help="experiments at once: one per GPU, or CPU cores split [loop] workers")
+@click.option("--remote", help="a git remote shared with other machines [loop] remote")
+def loop(policy, backend, model, base_url, budget, max_experiments, max_hours, patience, early_stop, seed,
+         workers, remote):
     """Run experiments until a stop condition; resumes from git state after any stop."""
     root = _repo_root()
     config = _load(root, **{"run.budget_s": budget, "loop.max_experiments": max_experiments,
                             "loop.max_hours": max_hours, "loop.patience": patience,
                             "early_stop.enabled": early_stop, "policy.seed": seed,
                             "policy.name": policy, "llm.backend": backend, "llm.model": model,
-                            "llm.base_url": base_url})
+                            "llm.base_url": base_url, "loop.workers": workers, "loop.remote": remote})
     with report.LiveProgress(console) as live:
         try:
             outcome = Loop(root, config, display=live.log, on_progress=live.update).run()
-        except (LoopError, PolicyError, BackendError, GitError) as err:
+        except (LoopError, PolicyError, BackendError, GitError) as err:  # RemoteError is a GitError
             raise click.ClickException(str(err)) from err
     click.echo(f"stopped: {outcome.stop_reason} ({outcome.ran} experiments, {outcome.kept} kept)")
     sys.exit(130 if outcome.stop_reason == "interrupted" else 0)

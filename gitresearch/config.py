@@ -135,6 +135,8 @@ class LoopConfig:
     max_experiments: int | None = None  # stop after this many experiments (baseline excluded)
     max_hours: float | None = None
     patience: int | None = None  # stop after this many experiments without improvement
+    workers: int = 1  # experiments at once on this machine (one per GPU; on a CPU, cores split)
+    remote: str = ""  # a git remote shared with other machines ("": this repo alone)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ import fcntl
 import json
 import os
 import subprocess
+import threading
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,7 +167,7 @@ class Store:
         so a rename, a deletion or a mode change is seen whatever the diff's headers say."""
         if not diff_text.strip():
             raise InvalidDiff("the diff is empty")
-        index = {"GIT_INDEX_FILE": str(self.state_dir / f"apply-{os.getpid()}.index")}
+        index = {"GIT_INDEX_FILE": str(self.state_dir / f"apply-{os.getpid()}-{threading.get_ident()}.index")}
         try:
             git("read-tree", commit, cwd=self.root, env_extra=index)
             try:
@@ -217,22 +219,48 @@ class Store:
 
     # -- experiments -----------------------------------------------------------------------
 
-    def create_experiment(self, parent: str, tree: str, description: str, policy: str) -> tuple[int, str]:
+    def create_experiment(self, parent: str, tree: str, description: str, policy: str,
+                          reserve=None) -> tuple[int, str]:
         """Commit `tree` on `parent` and give it the next experiment ref: (number, commit).
-        Never touches the working tree, the index or HEAD."""
+        Never touches the working tree, the index or HEAD. `reserve(number, commit)` (a shared
+        remote) returns False when another machine took the number first: the next is tried."""
         signature = pygit2.Signature(*AUTHOR)
         while True:
             number = self.last_experiment_number() + 1
             message = (f"{description.strip().splitlines()[0] if description.strip() else 'experiment'}"
-                       f"\n\nGitresearch-Policy: {policy}\nGitresearch-Experiment: {number}\n")
+                       f"\n\nGitresearch-Policy: {policy}\nGitresearch-Experiment: {number}\n"
+                       f"Gitresearch-Origin: {self.origin_id()}\n")
             oid = self.repo.create_commit(None, signature, signature, message,
                                           pygit2.Oid(hex=tree), [pygit2.Oid(hex=parent)])
+            ref = f"{EXPERIMENTS_PREFIX}{number:06d}"
             try:
-                self.repo.create_reference_direct(f"{EXPERIMENTS_PREFIX}{number:06d}", oid, False,
-                                            message="gitresearch: experiment")
-                return number, str(oid)
+                self.repo.create_reference_direct(ref, oid, False, message="gitresearch: experiment")
             except pygit2.AlreadyExistsError:  # a concurrent worker took the number
                 continue
+            if reserve is None or reserve(number, str(oid)):
+                return number, str(oid)
+            self.repo.references.delete(ref)  # another machine has it: ours is renumbered
+
+    def origin_id(self) -> str:
+        """This clone's id (not shared): experiments it created carry it, so that with a shared
+        remote a clone only resumes the unfinished experiments it made itself."""
+        path = self.state_dir / "origin-id"
+        if not path.exists():
+            tmp = self.state_dir / f"origin-id.{os.getpid()}"
+            tmp.write_text(uuid.uuid4().hex[:16])
+            tmp.replace(path) if not path.exists() else tmp.unlink()
+        return path.read_text().strip()
+
+    def ref_target(self, ref: str) -> str | None:
+        found = self.repo.references.get(ref)
+        return str(found.resolve().target) if found is not None else None
+
+    def force_ref(self, ref: str, commit: str | None) -> None:
+        """Point `ref` at `commit` (None: delete it): for refs that mirror a remote's."""
+        if commit is None:
+            git("update-ref", "-d", ref, cwd=self.root, check=False)
+        else:
+            git("update-ref", ref, commit, cwd=self.root)
 
     def set_baseline(self, commit: str) -> None:
         """Experiment 0 is the baseline: the best tip the research started from."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import selfeval
+from . import gitstore, selfeval
 from . import metrics as M
 from .config import Config
 from .gitstore import Store
@@ -25,7 +25,9 @@ from .history import build_state
 from .policies import PolicyError, make_policy
 from .policies.reward import novelty, reward
 from .proposal import diff_sha, propose_valid
+from .remote import Remote
 from .runner import RunResult, SetupError, kill_orphans, run_setup, run_training
+from .workers import Claims, run_workers
 
 STOP_FILE = "STOP"  # touch <git dir>/gitresearch/STOP to stop before the next experiment
 
@@ -74,7 +76,7 @@ class RepoLock:
 
 def run_commit(store: Store, config: Config, commit: str, run_dir: Path,
                on_progress: Callable | None = None, stop_event: threading.Event | None = None,
-               should_stop: Callable | None = None) -> RunResult:
+               should_stop: Callable | None = None, env_extra: dict | None = None) -> RunResult:
     """Check `commit` out in a worktree of its own, train it, remove the worktree."""
     run_dir.mkdir(parents=True, exist_ok=True)
     worktree = Path(tempfile.mkdtemp(prefix="wt-", dir=store.state_dir / "worktrees"))
@@ -82,7 +84,8 @@ def run_commit(store: Store, config: Config, commit: str, run_dir: Path,
     try:
         store.add_worktree(commit, worktree)
         return run_training(worktree, config, run_dir / "log.txt", run_dir / "metrics.jsonl",
-                            on_progress=on_progress, stop_event=stop_event, should_stop=should_stop)
+                            on_progress=on_progress, stop_event=stop_event, should_stop=should_stop,
+                            env_extra=env_extra)
     finally:
         store.remove_worktree(worktree)
         shutil.rmtree(worktree, ignore_errors=True)
@@ -101,13 +104,21 @@ def result_fields(result: RunResult, store: Store) -> dict:
 
 class Loop:
     def __init__(self, root: Path, config: Config, policy: str | None = None,
-                 display: Callable[[str], None] = print, on_progress: Callable | None = None):
+                 display: Callable[[str], None] = print, on_progress: Callable | None = None,
+                 worker: int = 0, env_extra: dict | None = None,
+                 stop_event: threading.Event | None = None, claims: Claims | None = None,
+                 remote: Remote | None = None):
         self.store = Store(root)
         self.config = config
         self.policy_name = policy or config.policy.name
         self.display = display
         self.on_progress = on_progress
-        self.stop_event = threading.Event()
+        self.worker, self.env_extra = worker, env_extra
+        self.stop_event = stop_event or threading.Event()
+        self.claims = claims or Claims(self.store.state_dir)
+        self.remote = remote
+        if remote is None and config.loop.remote:
+            self.remote = Remote(self.store, config.loop.remote)
         self.calibration = selfeval.Calibration()
         self.calibrated: set[str] = set()  # run dirs already in the calibration
         self.backend_failures = 0  # experiments lost to the policy's endpoint, in a row
@@ -131,31 +142,52 @@ class Loop:
                     signal.signal(sig, handler)
 
     def _run(self) -> LoopReport:
-        report, start = LoopReport(), time.monotonic()
+        start = time.monotonic()
+        if self.config.loop.workers > 1 and self.policy_name == "rl":
+            raise LoopError("the rl policy learns in one process: use --workers 1")
         policy = make_policy(self.policy_name, self.config, self.store)  # fails fast on bad settings
         self.clean_leftovers()
+        if self.remote:
+            self.remote.sync()
         if self.store.best() is None:
             self.store.create_best(self.store.resolve("HEAD"))
+            if self.remote:
+                self.remote.sync()
         self.setup()
         baseline = self.ensure_baseline()
         if baseline is None:
-            report.stop_reason = "interrupted"
-            return report
+            return LoopReport(stop_reason="interrupted")
         self.reconcile()
+        try:
+            if self.config.loop.workers > 1:
+                return run_workers(self, start)
+            return self.work(start, policy)
+        finally:
+            (self.store.state_dir / STOP_FILE).unlink(missing_ok=True)
+
+    def work(self, start: float, policy=None) -> LoopReport:
+        """Propose and run experiments until a stop condition (one worker)."""
+        policy = policy or make_policy(self.policy_name, self.config, self.store)
+        report = LoopReport()
         while True:
+            if self.remote:
+                self.remote.sync()
             experiments = [e for e in self.store.experiments() if e.number > 0]
             finished = [e for e in experiments if e.record]
             reason = self.stop_reason(finished, start)
             if reason:
                 report.stop_reason = reason
                 return report
-            pending = [e for e in experiments if e.record is None]
-            if pending:  # a run interrupted before its note: run it again, never duplicate it
-                exp = pending[-1]
+            exp = self.claim_pending(experiments)  # before the count: a pending one is never left
+            if exp is not None:  # interrupted before its note, or a rebase: run it, never duplicate it
                 number, commit, parent, description = exp.number, exp.commit, exp.parent, exp.description
                 proposal_data = {"policy": self.store.trailer(commit, "Gitresearch-Policy"),
                                  "diff_sha": diff_sha(self.store.diff_of(commit)), "rerun": True}
             else:
+                limit = self.config.loop.max_experiments
+                if limit is not None and len(experiments) >= limit:  # the rest are being run
+                    report.stop_reason = f"reached {limit} experiments"
+                    return report
                 try:
                     number, commit, parent, description, proposal_data = self.propose(policy, experiments)
                 except PolicyError as err:
@@ -169,13 +201,33 @@ class Loop:
                                               f"experiments in a row; see #{number}")
                         return report
                     continue
-            record = self.run_experiment(number, commit, parent, description, proposal_data)
+            try:
+                record = self.run_experiment(number, commit, parent, description, proposal_data)
+            finally:
+                self.claims.release(number)
             if record is None:
                 report.stop_reason = "interrupted"
                 return report
             report.ran += 1
             report.kept += record["status"] == "keep"
             policy.observe(record)
+
+    def claim_pending(self, experiments):
+        """The oldest experiment without a note that this worker may run, claimed; None if
+        there is none. With a remote, only experiments this clone made: another machine's may
+        be running there."""
+        origin = self.store.origin_id()
+        with self.claims.proposing():
+            for exp in reversed(experiments):  # oldest first
+                if exp.record is not None:
+                    continue
+                if self.remote and self.store.trailer(exp.commit, "Gitresearch-Origin") != origin:
+                    continue
+                if self.claims.claim(exp.number):
+                    if self.store.read_note(exp.commit) is None:
+                        return exp
+                    self.claims.release(exp.number)  # finished meanwhile
+        return None
 
     def setup(self) -> None:
         """The config's setup command, once per loop, in a worktree of best, untimed."""
@@ -207,11 +259,8 @@ class Loop:
         if self.stop_event.is_set():
             return "interrupted"
         stop_file = self.store.state_dir / STOP_FILE
-        if stop_file.exists():
-            stop_file.unlink()
+        if stop_file.exists():  # removed when every worker has stopped
             return f"stop file {stop_file}"
-        if limits.max_experiments is not None and len(finished) >= limits.max_experiments:
-            return f"reached {limits.max_experiments} experiments"
         if limits.max_hours is not None and time.monotonic() - start > limits.max_hours * 3600:
             return f"reached {limits.max_hours:g} hours"
         if limits.patience:
@@ -284,19 +333,54 @@ class Loop:
         if outcome.tree is None:
             # Recorded as an experiment whose tree is best's own, with the rejected diff kept.
             self.backend_failures = self.backend_failures + 1 if outcome.backend_only else 0
-            number, commit = self.store.create_experiment(base, self.store.tree_of(base),
-                                                          description, policy.name)
-            record = {"experiment": number, "status": "invalid", "reason": outcome.reason,
-                      "description": description, "backend_only": outcome.backend_only,
-                      "rejected_diff": outcome.attempts[-1]["diff"], "finished": time.time(), **data}
-            record["reward"] = reward(record, self.baseline_record(), self.config.reward)
-            self.store.write_note(commit, record)
+            with self.claims.proposing():  # no worker may take it for a pending run
+                number, commit = self.store.create_experiment(base, self.store.tree_of(base),
+                                                              description, policy.name, self.reserve)
+                record = {"experiment": number, "status": "invalid", "reason": outcome.reason,
+                          "description": description, "backend_only": outcome.backend_only,
+                          "rejected_diff": outcome.attempts[-1]["diff"], "finished": time.time(), **data}
+                record["reward"] = reward(record, self.baseline_record(), self.config.reward)
+                self.store.write_note(commit, record)
+            if self.remote:
+                self.remote.publish_notes()
             self.display(f"#{number} invalid: {outcome.reason}")
             return number, None, base, description, data
         self.backend_failures = 0
-        number, commit = self.store.create_experiment(base, outcome.tree, description, policy.name)
+        with self.claims.proposing():
+            number, commit = self.store.create_experiment(base, outcome.tree, description, policy.name,
+                                                          self.reserve)
+            self.claims.claim(number)
         data["novelty"] = round(novelty(proposal.diff, [e.diff for e in state.history]), 6)
         return number, commit, base, description, {**data, "diff_sha": diff_sha(proposal.diff)}
+
+    def reserve(self, number: int, commit: str) -> bool:
+        return self.remote.reserve(number, commit) if self.remote else True
+
+    def advance(self, old: str, new: str, message: str) -> bool:
+        """Move best old -> new by compare-and-swap, here and on the remote; False when
+        another worker or machine moved it first."""
+        try:
+            self.store.advance_best(old, new, message)
+        except gitstore.StaleRefError:
+            return False
+        if self.remote and not self.remote.push_best(old, new):
+            self.remote.sync()  # the remote's best wins; ours goes back to it
+            return False
+        return True
+
+    def rebase(self, number: int, commit: str, description: str) -> str:
+        """Put `commit`'s change on the current best as a new experiment, left for the next
+        free worker to run; what happened, for the note's reason."""
+        best = self.store.best()
+        try:
+            tree, _ = self.store.apply_diff(best, self.store.diff_of(commit))
+        except gitstore.InvalidDiff as err:
+            return f"it beat its parent, but its diff does not apply to the new best {best[:12]}: {err}"
+        with self.claims.proposing():
+            new_number, _ = self.store.create_experiment(best, tree, f"rebase of #{number}: {description}",
+                                                         "rebase", self.reserve)
+        self.display(f"#{number} beat its parent after best moved: rebased as #{new_number}")
+        return f"it beat its parent: rebased onto best {best[:12]} as #{new_number}"
 
     def baseline_record(self) -> dict:
         return self.store.read_note(self.store.experiment_commit(0)) or {}
@@ -354,7 +438,7 @@ class Loop:
         monitor = self.make_monitor()
         result = run_commit(self.store, self.config, commit, self.run_dir(number),
                             self._progress(number), self.stop_event,
-                            should_stop=monitor.update if monitor else None)
+                            should_stop=monitor.update if monitor else None, env_extra=self.env_extra)
         if self.stop_event.is_set() and result.status != "ok":
             return None  # no note: the next loop runs it again
         parent_record = self.store.read_note(parent) or {}
@@ -372,6 +456,8 @@ class Loop:
             record["comment"] = monitor.comment
             record["checks"] = [{k: (round(v, 6) if isinstance(v, float) else v)
                                  for k, v in vars(c).items()} for c in monitor.checks]
+        beat_parent = (result.status == "ok" and parent_record.get("val_bpb") is not None
+                       and result.metric < parent_record["val_bpb"] - min_delta)
         if result.status != "ok":
             record["status"] = result.status
         elif (parent == best and best_record.get("val_bpb") is not None
@@ -384,9 +470,18 @@ class Loop:
                                     if parent == best else "best moved since it was proposed")
         record["reward"] = reward(record, self.baseline_record(), self.config.reward)
         self.store.write_note(commit, record)
-        if record["status"] == "keep":
-            self.store.advance_best(best, commit, f"gitresearch: keep #{number} val_bpb "
-                                                  f"{result.metric:.6f}: {description}")
+        if record["status"] == "keep" and not self.advance(best, commit, f"gitresearch: keep #{number} "
+                                                           f"val_bpb {result.metric:.6f}: {description}"):
+            record.update(status="discard", reason="best moved while it ran")
+            record["reward"] = reward(record, self.baseline_record(), self.config.reward)
+        if record["status"] == "discard" and beat_parent and parent != self.store.best():
+            # an improvement found against an older best: rebased and run again, never dropped
+            record["reason"] += "; " + self.rebase(number, commit, description)
+            self.store.write_note(commit, record)
+        elif record["status"] == "discard" and record["reason"] == "best moved while it ran":
+            self.store.write_note(commit, record)
+        if self.remote:
+            self.remote.publish_notes()
         shown = f"{result.metric:.6f}" if result.metric is not None else "-"
         self.display(f"#{number} {record['status']}: val_bpb {shown} "
                      f"{record.get('reason', '')}".rstrip())

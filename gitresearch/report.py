@@ -136,7 +136,7 @@ class LiveProgress:
         self.progress.__exit__(*exc)
 
     def log(self, line: str) -> None:
-        self.progress.console.print(line, highlight=False)
+        self.progress.console.print(line, highlight=False, markup=False)
 
     def update(self, p: dict) -> None:
         text = (f"#{p.get('experiment', '-')} {p['elapsed']:.0f}/{p['budget']:.0f}s "

@@ -245,8 +245,10 @@ def run_setup(workdir: Path, config: Config, log_path: Path) -> None:
 def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Path,
                  on_progress: Callable[[dict], None] | None = None,
                  should_stop: Callable[[list[dict]], str | None] | None = None,
-                 stop_event: threading.Event | None = None) -> RunResult:
+                 stop_event: threading.Event | None = None, env_extra: dict | None = None) -> RunResult:
     """Run the configured training command in `workdir` and classify the outcome.
+    `env_extra` (a worker's CUDA_VISIBLE_DEVICES or thread count) is set on top of the clean
+    environment.
 
     `should_stop(points)` is asked whenever new metric points arrive; a reason stops the run
     as `early_stop`. `stop_event` set by a signal handler stops it as `crash`, "interrupted".
@@ -263,6 +265,7 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
     if isolated:
         command = ["unshare", "--net", "--map-root-user", "--", *command]
     env = clean_env(run.env_allow, (config.llm.api_key_env,))
+    env.update(env_extra or {})
     run_id = uuid.uuid4().hex
     env.update(GITRESEARCH_BUDGET_S=f"{run.budget_s:g}", GITRESEARCH_METRICS=str(metrics_path),
                PYTHONUNBUFFERED="1", GITRESEARCH_RUN_ID=run_id)

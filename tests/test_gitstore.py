@@ -36,7 +36,8 @@ def test_experiment_commit_leaves_user_state_alone(store):
     assert [str(p) for p in c.parent_ids] == [base]
     assert c.author.name == "gitresearch"
     assert c.message == ("double the learning rate\n\nGitresearch-Policy: random\n"
-                         "Gitresearch-Experiment: 1\n")
+                         f"Gitresearch-Experiment: 1\nGitresearch-Origin: {store.origin_id()}\n")
+    assert len(store.origin_id()) == 16 and store.origin_id() == Store(store.root).origin_id()
     assert "LR = 0.2" in store.read_file(commit, "train.py")
     assert store.experiment_commit(1) == commit
     assert snapshot(store.root) == before

@@ -1,0 +1,104 @@
+"""Several machines, one shared git remote: `gitresearch loop --remote NAME`.
+
+Git is the coordinator; there is no scheduler of our own.
+- Before each proposal: fetch the remote's best (into refs/remotes/NAME/best), its experiment
+  refs and its notes (into refs/notes/remotes/NAME/gitresearch); merge the notes; adopt the
+  remote's best as the local best (the remote is the authority).
+- Experiment numbers: a new experiment ref is pushed at once with
+  `--force-with-lease=REF:` (it must not exist yet); when another machine took the number the
+  push is rejected and the experiment is renumbered.
+- After each experiment: its note is pushed (a fast-forward of the notes ref; on rejection:
+  fetch, merge, retry).
+- Moving best: `git push --atomic NAME NEW:refs/heads/best --force-with-lease=refs/heads/best:OLD`;
+  when rejected (another machine moved best first), the improvement is rebased onto the new
+  best and run again, never dropped.
+- Notes merge: `git notes merge -s theirs`. Every note annotates the experiment commit of the
+  machine that ran it, so two machines never write the same note and the merge combines two
+  disjoint sets; the one exception, two baselines raced on an empty remote, keeps the remote's.
+"""
+from __future__ import annotations
+
+from .gitstore import BEST_REF, EXPERIMENTS_PREFIX, NOTES_REF, GitError, Store, git
+
+IDENTITY = {"GIT_AUTHOR_NAME": "gitresearch", "GIT_AUTHOR_EMAIL": "gitresearch@localhost",
+            "GIT_COMMITTER_NAME": "gitresearch", "GIT_COMMITTER_EMAIL": "gitresearch@localhost"}
+PUSH_RETRIES = 8
+
+
+class RemoteError(GitError):
+    pass
+
+
+class Remote:
+    def __init__(self, store: Store, name: str):
+        self.store, self.name = store, name
+        try:
+            self.url = git("remote", "get-url", name, cwd=store.root).strip()
+        except GitError as err:
+            raise RemoteError(f"no git remote named {name!r} in {store.root}") from err
+        self.best_mirror = f"refs/remotes/{name}/best"
+        self.notes_mirror = f"refs/notes/remotes/{name}/gitresearch"
+
+    def _push(self, *args: str) -> bool:
+        """True when the remote took the push; False when it rejected it (a lost race)."""
+        try:
+            git("push", "--porcelain", self.name, *args, cwd=self.store.root, env_extra=IDENTITY)
+            return True
+        except GitError as err:
+            if "[rejected]" in str(err) or "stale info" in str(err) or "rejected" in str(err):
+                return False
+            raise
+
+    def fetch(self) -> None:
+        heads = git("ls-remote", self.name, BEST_REF, NOTES_REF, cwd=self.store.root)
+        specs = [f"+{EXPERIMENTS_PREFIX}*:{EXPERIMENTS_PREFIX}*"]
+        if BEST_REF in heads:
+            specs.append(f"+{BEST_REF}:{self.best_mirror}")
+        else:
+            self.store.force_ref(self.best_mirror, None)
+        if NOTES_REF in heads:
+            specs.append(f"+{NOTES_REF}:{self.notes_mirror}")
+        git("fetch", "--quiet", "--no-tags", self.name, *specs, cwd=self.store.root)
+
+    def merge_notes(self) -> None:
+        theirs = self.store.ref_target(self.notes_mirror)
+        if theirs is None:
+            return
+        with self.store.lock("notes"):
+            ours = self.store.ref_target(NOTES_REF)
+            if ours is None:
+                self.store.force_ref(NOTES_REF, theirs)
+            elif ours != theirs:
+                git("notes", f"--ref={NOTES_REF}", "merge", "--quiet", "-s", "theirs", self.notes_mirror,
+                    cwd=self.store.root, env_extra=IDENTITY)
+
+    def sync(self) -> None:
+        """Fetch, merge the notes, and make the remote's best the local best."""
+        self.fetch()
+        self.merge_notes()
+        remote_best = self.store.ref_target(self.best_mirror)
+        local_best = self.store.best()
+        if remote_best is None and local_best is not None:
+            self.push_best(None, local_best)
+        elif remote_best is not None and remote_best != local_best:
+            self.store.force_ref(BEST_REF, remote_best)
+
+    def reserve(self, number: int, commit: str) -> bool:
+        ref = f"{EXPERIMENTS_PREFIX}{number:06d}"
+        if self._push("--atomic", f"--force-with-lease={ref}:", f"{commit}:{ref}"):
+            return True
+        self.fetch()
+        return False
+
+    def push_best(self, old: str | None, new: str) -> bool:
+        lease = f"--force-with-lease={BEST_REF}:{old or ''}"
+        return self._push("--atomic", lease, f"{new}:{BEST_REF}")
+
+    def publish_notes(self) -> None:
+        """Push the notes; merge the remote's first when it moved meanwhile."""
+        for _ in range(PUSH_RETRIES):
+            if self._push(f"{NOTES_REF}:{NOTES_REF}"):
+                return
+            self.fetch()
+            self.merge_notes()
+        raise RemoteError(f"could not push {NOTES_REF} to {self.name} after {PUSH_RETRIES} tries")
