@@ -4,7 +4,6 @@ included, resumes where it was: an experiment with a ref but no note is run agai
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import signal
@@ -17,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import gitstore, selfeval
-from . import metrics as M
+from . import gitstore
 from .config import Config
 from .gitstore import Store
 from .history import build_state
@@ -27,7 +25,8 @@ from .policies.reward import novelty, reward
 from .proposal import diff_sha, propose_valid
 from .remote import Remote
 from .runner import RunResult, SetupError, kill_orphans, run_setup, run_training
-from .workers import Claims, run_workers
+from .calibration import EarlyStop
+from .workers import Claims, RepoLock, run_workers
 
 STOP_FILE = "STOP"  # touch <git dir>/gitresearch/STOP to stop before the next experiment
 
@@ -41,35 +40,6 @@ class LoopReport:
     ran: int = 0
     kept: int = 0
     stop_reason: str = ""
-
-
-# -- locking ---------------------------------------------------------------------------------
-
-class RepoLock:
-    """Keeps two loops off one repo; the error names the holder's pid."""
-
-    def __init__(self, store: Store):
-        self.path = store.state_dir / "loop.lock"
-
-    def __enter__(self):
-        self.handle = open(self.path, "a+")
-        try:
-            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.handle.seek(0)
-            holder = self.handle.read().strip() or "unknown"
-            self.handle.close()
-            raise LoopError(f"another gitresearch loop holds {self.path} (pid {holder}); "
-                            f"stop it first") from None
-        self.handle.seek(0)
-        self.handle.truncate()
-        self.handle.write(f"{os.getpid()}\n")
-        self.handle.flush()
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.handle, fcntl.LOCK_UN)
-        self.handle.close()
 
 
 # -- running one commit -----------------------------------------------------------------------
@@ -119,8 +89,7 @@ class Loop:
         self.remote = remote
         if remote is None and config.loop.remote:
             self.remote = Remote(self.store, config.loop.remote)
-        self.calibration = selfeval.Calibration()
-        self.calibrated: set[str] = set()  # run dirs already in the calibration
+        self.early_stop = EarlyStop(self.store, config, self.run_dir)
         self.backend_failures = 0  # experiments lost to the policy's endpoint, in a row
         (self.store.state_dir / "worktrees").mkdir(exist_ok=True)
 
@@ -392,50 +361,10 @@ class Loop:
 
     # -- self-evaluation -----------------------------------------------------------------------
 
-    def finished_runs(self):
-        """(run dir, final) of every run that trained its whole budget at the current budget."""
-        budget = self.config.run.budget_s
-        for exp in self.store.experiments():
-            rec = exp.record or {}
-            if rec.get("status") not in ("keep", "discard", "baseline") or rec.get("budget_s") != budget:
-                continue
-            if exp.number == 0:
-                for i, final in enumerate(rec.get("noise_runs") or []):
-                    yield self.run_dir(0) / f"noise-{i}", final
-            elif rec.get("val_bpb") is not None:
-                yield self.run_dir(exp.number), rec["val_bpb"]
-
-    def make_monitor(self) -> selfeval.Monitor | None:
-        es = self.config.early_stop
-        if not es.enabled:
-            return None
-        baseline = self.store.read_note(self.store.experiment_commit(0)) or {}
-        best = (self.store.read_note(self.store.best()) or {}).get("val_bpb")
-        name = self.config.metric.name
-        for run_dir, final in self.finished_runs():
-            metrics_file = run_dir / "metrics.jsonl"
-            if str(run_dir) in self.calibrated or not metrics_file.exists():
-                continue
-            points = [p for p in M.parse_metric_lines(metrics_file.read_text(errors="replace"))
-                      if not p.get("final") and isinstance(p.get(name), (int, float))
-                      and isinstance(p.get("t"), (int, float))]
-            self.calibrated.add(str(run_dir))
-            if points:
-                self.calibration.add(selfeval.FinishedRun(
-                    tuple(p["t"] for p in points), tuple(p[name] for p in points), final,
-                    self.config.run.budget_s))
-        # A short budget still gets about ten checks: at most a tenth of the budget apart.
-        interval = min(es.interval_s, self.config.run.budget_s / 10)
-        settings = selfeval.Settings(interval_s=interval, min_fraction=es.min_fraction,
-                                     beta=es.beta, alpha=es.alpha, margin_k=es.margin_k,
-                                     delta_k=es.delta_k)
-        return selfeval.Monitor(self.config.run.budget_s, best, baseline.get("noise_std") or 0.0,
-                                self.calibration, settings, metric=name)
-
     def run_experiment(self, number, commit, parent, description, data) -> dict | None:
         self.display(f"#{number} {description}")
         started = time.time()
-        monitor = self.make_monitor()
+        monitor = self.early_stop.monitor()
         result = run_commit(self.store, self.config, commit, self.run_dir(number),
                             self._progress(number), self.stop_event,
                             should_stop=monitor.update if monitor else None, env_extra=self.env_extra)

@@ -8,6 +8,7 @@ safely: experiment numbers are taken by creating their ref (it fails if taken), 
 written under a file lock, best moves only by compare-and-swap, and an experiment without a
 note (interrupted, or a rebase waiting for its run) is run by exactly one worker: it is
 claimed by a lock file held for the whole run, which a dead worker releases with its process.
+One loop process per repo (RepoLock); its workers are threads.
 """
 from __future__ import annotations
 
@@ -19,6 +20,35 @@ import threading
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+
+
+class RepoLock:
+    """Keeps two loops off one repo; the error names the holder's pid."""
+
+    def __init__(self, store):
+        self.path = store.state_dir / "loop.lock"
+
+    def __enter__(self):
+        self.handle = open(self.path, "a+")
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.handle.seek(0)
+            holder = self.handle.read().strip() or "unknown"
+            self.handle.close()
+            from .loop import LoopError
+
+            raise LoopError(f"another gitresearch loop holds {self.path} (pid {holder}); "
+                            f"stop it first") from None
+        self.handle.seek(0)
+        self.handle.truncate()
+        self.handle.write(f"{os.getpid()}\n")
+        self.handle.flush()
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
 
 
 class Claims:
