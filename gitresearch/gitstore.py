@@ -25,6 +25,7 @@ BEST_REF = "refs/heads/best"
 NOTES_REF = "refs/notes/gitresearch"
 EXPERIMENTS_PREFIX = "refs/gitresearch/experiments/"
 NOTE_SCHEMA = 1
+MAX_RESERVE_TRIES = 100  # experiment numbers tried before a refusing remote is an error
 AUTHOR = ("gitresearch", "gitresearch@localhost")
 CLEAN_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
                   "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES")
@@ -225,7 +226,7 @@ class Store:
         Never touches the working tree, the index or HEAD. `reserve(number, commit)` (a shared
         remote) returns False when another machine took the number first: the next is tried."""
         signature = pygit2.Signature(*AUTHOR)
-        while True:
+        for _ in range(MAX_RESERVE_TRIES):
             number = self.last_experiment_number() + 1
             message = (f"{description.strip().splitlines()[0] if description.strip() else 'experiment'}"
                        f"\n\nGitresearch-Policy: {policy}\nGitresearch-Experiment: {number}\n"
@@ -239,7 +240,13 @@ class Store:
                 continue
             if reserve is None or reserve(number, str(oid)):
                 return number, str(oid)
-            self.repo.references.delete(ref)  # another machine has it: ours is renumbered
+            # another machine has the number (the refused reservation fetched its ref): ours is
+            # renumbered; our ref goes only if the fetch left it ours
+            current = self.repo.references.get(ref)
+            if current is not None and current.target == oid:
+                self.repo.references.delete(ref)
+        raise GitError(f"no experiment number could be reserved in {MAX_RESERVE_TRIES} tries "
+                       f"(the remote refused every push; see its error above)")
 
     def origin_id(self) -> str:
         """This clone's id (not shared): experiments it created carry it, so that with a shared
