@@ -250,6 +250,9 @@ class Loop:
         if root is None:
             root = self.store.best()
             self.store.set_baseline(root)
+            if self.remote and not self.remote.reserve(0, root):  # another machine set it first
+                self.remote.sync()
+                root = self.store.experiment_commit(0)
         record = self.store.read_note(root)
         if record is not None:
             return record
@@ -274,6 +277,8 @@ class Loop:
                   "min_delta": min_delta, "budget_s": self.config.run.budget_s,
                   "host": socket.gethostname(), "finished": time.time()}
         self.store.write_note(root, record)
+        if self.remote:
+            self.remote.publish_notes()
         self.display(f"baseline: val_bpb {record['val_bpb']:.6f} (std {std:.6f} over "
                      f"{len(values)} runs), min_delta {min_delta:.6f}")
         return record

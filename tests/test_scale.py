@@ -88,3 +88,23 @@ def test_two_machines_share_a_bare_remote(tmp_path):
     assert len(finished) >= 10 and len({r["host"] for r in finished}) >= 1
     origins = {Store(check).trailer(r["commit"], "Gitresearch-Origin") for r in finished}
     assert len(origins) == 2, "both machines ran experiments"
+
+
+def test_an_empty_remote_is_started_by_the_first_machine(tmp_path):
+    seed = slow_repo(tmp_path / "seed", step_s="0.0")
+    bare = tmp_path / "remote.git"
+    sh("git", "init", "-q", "--bare", str(bare), cwd=tmp_path)
+    sh("git", "push", "-q", str(bare), "main", cwd=seed)  # code only: no best, no notes yet
+    for name in ("a", "b"):
+        sh("git", "clone", "-q", "-b", "main", str(bare), name, cwd=tmp_path)
+        cli("init", cwd=tmp_path / name)
+    first = cli("loop", "--remote", "origin", "--max-experiments", "1", "--seed", "1", cwd=tmp_path / "a")
+    assert "baseline run 1/2" in first.stderr
+    second = cli("loop", "--remote", "origin", "--max-experiments", "2", "--seed", "2", cwd=tmp_path / "b")
+    assert "baseline run" not in second.stderr  # b found a's baseline and its noise floor
+    check = tmp_path / "check"
+    sh("git", "clone", "-q", "-b", "main", str(bare), str(check), cwd=tmp_path)
+    sh("git", "fetch", "-q", "origin", "+refs/notes/*:refs/notes/*", "+refs/gitresearch/*:refs/gitresearch/*",
+       "+refs/heads/best:refs/heads/best", cwd=check)
+    records = check_invariants(Store(check))
+    assert sorted(r["experiment"] for r in records) == [0, 1, 2]
