@@ -15,8 +15,12 @@ Git is the coordinator; there is no scheduler of our own.
 - Notes merge: `git notes merge -s theirs`. Every note annotates the experiment commit of the
   machine that ran it, so two machines never write the same note and the merge combines two
   disjoint sets; the one exception, two baselines raced on an empty remote, keeps the remote's.
+- Network failures (anything but a refused push) are retried with backoff before they end the
+  loop.
 """
 from __future__ import annotations
+
+import time
 
 from .gitstore import BEST_REF, EXPERIMENTS_PREFIX, NOTES_REF, GitError, Store, git
 
@@ -29,9 +33,16 @@ class RemoteError(GitError):
     pass
 
 
+def _rejected(err: GitError) -> bool:
+    """A push the remote refused (a lease or fast-forward lost to another machine)."""
+    text = str(err)
+    return "[rejected]" in text or "stale info" in text or "! [remote rejected]" in text
+
+
 class Remote:
-    def __init__(self, store: Store, name: str):
+    def __init__(self, store: Store, name: str, network_retries: int = 4, backoff_s: float = 2.0):
         self.store, self.name = store, name
+        self.network_retries, self.backoff_s = network_retries, backoff_s
         try:
             self.url = git("remote", "get-url", name, cwd=store.root).strip()
         except GitError as err:
@@ -39,18 +50,36 @@ class Remote:
         self.best_mirror = f"refs/remotes/{name}/best"
         self.notes_mirror = f"refs/notes/remotes/{name}/gitresearch"
 
+    def _git(self, *args: str) -> str:
+        """A git command that talks to the remote, retried with backoff when it fails for
+        another reason than a refused push (the network, a busy server): a research loop runs
+        for days, and one failed fetch should not end it."""
+        wait = self.backoff_s
+        for attempt in range(self.network_retries + 1):
+            try:
+                return git(*args, cwd=self.store.root, env_extra=IDENTITY)
+            except GitError as err:
+                if _rejected(err) or attempt == self.network_retries:
+                    raise
+                time.sleep(wait)
+                wait *= 2
+        raise AssertionError("unreachable")
+
     def _push(self, *args: str) -> bool:
         """True when the remote took the push; False when it rejected it (a lost race)."""
         try:
-            git("push", "--porcelain", self.name, *args, cwd=self.store.root, env_extra=IDENTITY)
+            self._git("push", "--porcelain", self.name, *args)
             return True
         except GitError as err:
-            if "[rejected]" in str(err) or "stale info" in str(err) or "rejected" in str(err):
+            if _rejected(err):
                 return False
-            raise
+            raise RemoteError(f"push to {self.name} ({self.url}) failed: {err}") from err
 
     def fetch(self) -> None:
-        heads = git("ls-remote", self.name, BEST_REF, NOTES_REF, cwd=self.store.root)
+        try:
+            heads = self._git("ls-remote", self.name, BEST_REF, NOTES_REF)
+        except GitError as err:
+            raise RemoteError(f"cannot reach {self.name} ({self.url}): {err}") from err
         specs = [f"+{EXPERIMENTS_PREFIX}*:{EXPERIMENTS_PREFIX}*"]
         if BEST_REF in heads:
             specs.append(f"+{BEST_REF}:{self.best_mirror}")
@@ -58,7 +87,7 @@ class Remote:
             self.store.force_ref(self.best_mirror, None)
         if NOTES_REF in heads:
             specs.append(f"+{NOTES_REF}:{self.notes_mirror}")
-        git("fetch", "--quiet", "--no-tags", self.name, *specs, cwd=self.store.root)
+        self._git("fetch", "--quiet", "--no-tags", self.name, *specs)
 
     def merge_notes(self) -> None:
         theirs = self.store.ref_target(self.notes_mirror)

@@ -1,7 +1,9 @@
 """The remote protocol piece by piece: numbers reserved by lease, best moved by an atomic
 lease push, notes merged without loss, against a real bare remote."""
+import pytest
+
 from gitresearch.gitstore import Store
-from gitresearch.remote import Remote
+from gitresearch.remote import Remote, RemoteError
 from helpers import cli, make_repo, sh
 
 
@@ -57,3 +59,17 @@ def test_numbers_best_and_notes_through_the_remote(tmp_path):
     assert check.note_count() == 3
     assert check.read_note(commit_a)["status"] == "keep" and check.read_note(commit_b)["status"] == "discard"
     assert check.read_note(base)["status"] == "baseline"
+
+
+def test_an_unreachable_remote_is_retried_then_named(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    sh("git", "remote", "add", "origin", str(tmp_path / "nowhere.git"), cwd=repo)
+    remote = Remote(Store(repo), "origin", network_retries=2, backoff_s=0.0)
+    try:
+        remote.sync()
+    except RemoteError as err:
+        assert "cannot reach origin" in str(err) and "nowhere.git" in str(err)
+    else:
+        raise AssertionError("sync with an unreachable remote must fail")
+    with pytest.raises(RemoteError, match="no git remote named 'upstream'"):
+        Remote(Store(repo), "upstream")
