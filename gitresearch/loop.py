@@ -284,12 +284,22 @@ class Loop:
         return record
 
     def reconcile(self) -> None:
-        """A keep whose note was written but whose best move was lost (killed in between)."""
-        best = self.store.best()
-        for exp in self.store.experiments():
-            if exp.record and exp.record.get("status") == "keep" and exp.parent == best:
-                self.store.advance_best(best, exp.commit, f"gitresearch: keep #{exp.number} (resumed)")
+        """A keep whose note was written but whose best move was lost (killed in between):
+        best moves to it when it is still best's child; otherwise (another machine moved best
+        first) it becomes a discard and its change is rebased, never dropped."""
+        best, on_best = self.store.best(), set(self.store.best_chain())
+        for exp in reversed(self.store.experiments()):  # oldest first
+            if not (exp.record and exp.record.get("status") == "keep") or exp.commit in on_best:
+                continue
+            if exp.parent == best and self.advance(best, exp.commit, f"gitresearch: keep #{exp.number} (resumed)"):
                 best = exp.commit
+                continue
+            record = dict(exp.record, status="discard", reason="best moved before its keep was published")
+            record["reason"] += "; " + self.rebase(exp.number, exp.commit, exp.description)
+            self.store.write_note(exp.commit, record)
+            if self.remote:
+                self.remote.publish_notes()
+            best = self.store.best()
 
     # -- one experiment ------------------------------------------------------------------------
 

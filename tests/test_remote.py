@@ -9,6 +9,9 @@ from helpers import cli, make_repo, sh
 
 def machines(tmp_path):
     seed = make_repo(tmp_path / "seed", config="[early_stop]\nenabled = false\n")
+    source = (seed / "train.py").read_text()  # constants apart: changes to two of them merge
+    (seed / "train.py").write_text(source.replace("DEPTH = 4", "#\n#\n#\n#\n#\n#\nDEPTH = 4"))
+    sh("git", "commit", "-qam", "constants apart", cwd=seed)
     cli("init", cwd=seed)
     cli("loop", "--max-experiments", "0", cwd=seed)
     bare = tmp_path / "remote.git"
@@ -22,10 +25,10 @@ def machines(tmp_path):
     return bare, stores
 
 
-def experiment(store: Store, remote: Remote, new: str):
+def experiment(store: Store, remote: Remote, new: str, old: str = "DEPTH = 4"):
     base = store.best()
     source = store.read_file(base, "train.py")
-    tree, _ = store.apply_diff(base, store.make_diff("train.py", source, source.replace("DEPTH = 4", new)))
+    tree, _ = store.apply_diff(base, store.make_diff("train.py", source, source.replace(old, new)))
     return store.create_experiment(base, tree, new, "test", remote.reserve)
 
 
@@ -73,3 +76,27 @@ def test_an_unreachable_remote_is_retried_then_named(tmp_path):
         raise AssertionError("sync with an unreachable remote must fail")
     with pytest.raises(RemoteError, match="no git remote named 'upstream'"):
         Remote(Store(repo), "upstream")
+
+
+def test_a_keep_that_never_reached_the_remote_is_rebased_not_lost(tmp_path):
+    bare, (a, b) = machines(tmp_path)
+    remote_a, remote_b = Remote(a, "origin"), Remote(b, "origin")
+    remote_a.sync()
+    remote_b.sync()
+    base = a.best()
+    # a keeps DEPTH 6 locally, then dies before moving best anywhere
+    number_a, commit_a = experiment(a, remote_a, "DEPTH = 6")
+    a.write_note(commit_a, {"experiment": number_a, "status": "keep", "val_bpb": 2.1,
+                            "parent_val_bpb": 2.2, "description": "DEPTH = 6"})
+    # meanwhile b keeps LR 0.05 and publishes it
+    number_b, commit_b = experiment(b, remote_b, "LR = 0.05", old="LR = 0.1")
+    b.write_note(commit_b, {"experiment": number_b, "status": "keep", "val_bpb": 2.15})
+    assert remote_b.push_best(base, commit_b)
+    remote_b.publish_notes()
+    # a resumes: its keep lost the race, so it is rebased onto b's best and run again
+    out = cli("loop", "--remote", "origin", "--max-experiments", "3", cwd=a.root)
+    note = Store(a.root).read_note(commit_a)
+    assert note["status"] == "discard" and "best moved before its keep was published" in note["reason"]
+    assert "rebased onto best" in note["reason"], out.stdout + out.stderr
+    rebased = [e for e in Store(a.root).experiments() if e.description.startswith(f"rebase of #{number_a}")]
+    assert rebased and rebased[0].record is not None and rebased[0].parent == commit_b
