@@ -37,3 +37,18 @@ def cli(*args, cwd, check=True, timeout=600, env=None):
         raise AssertionError(f"gitresearch {' '.join(args)} exited {proc.returncode}\n"
                              f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
+
+
+def share_through_bare_remote(seed: Path, names=("a", "b"), everything=True) -> tuple[Path, list[Path]]:
+    """A bare remote next to `seed` holding its main (and, with `everything`, best, the notes
+    and the experiment refs), and a clone of it per name, each `gitresearch init`-ed."""
+    bare = seed.parent / "remote.git"
+    sh("git", "init", "-q", "--bare", str(bare), cwd=seed.parent)
+    refs = ["main", "best", "refs/notes/*:refs/notes/*", "refs/gitresearch/*:refs/gitresearch/*"]
+    sh("git", "push", "-q", str(bare), *(refs if everything else refs[:1]), cwd=seed)
+    clones = []
+    for name in names:
+        sh("git", "clone", "-q", "-b", "main", str(bare), name, cwd=seed.parent)
+        cli("init", cwd=seed.parent / name)
+        clones.append(seed.parent / name)
+    return bare, clones

@@ -4,7 +4,7 @@ import pytest
 
 from gitresearch.gitstore import Store
 from gitresearch.remote import Remote, RemoteError
-from helpers import cli, make_repo, sh
+from helpers import cli, make_repo, sh, share_through_bare_remote
 
 
 def machines(tmp_path):
@@ -14,15 +14,12 @@ def machines(tmp_path):
     sh("git", "commit", "-qam", "constants apart", cwd=seed)
     cli("init", cwd=seed)
     cli("loop", "--max-experiments", "0", cwd=seed)
-    bare = tmp_path / "remote.git"
-    sh("git", "init", "-q", "--bare", str(bare), cwd=tmp_path)
-    sh("git", "push", "-q", str(bare), "main", "best", "refs/notes/*:refs/notes/*",
-       "refs/gitresearch/*:refs/gitresearch/*", cwd=seed)
-    stores = []
-    for name in ("a", "b"):
-        sh("git", "clone", "-q", "-b", "main", str(bare), name, cwd=tmp_path)
-        stores.append(Store(tmp_path / name))
-    return bare, stores
+    bare, clones = share_through_bare_remote(seed)
+    stores = [Store(path) for path in clones]
+    remotes = [Remote(store, "origin") for store in stores]
+    for remote in remotes:
+        remote.sync()
+    return bare, stores, remotes
 
 
 def experiment(store: Store, remote: Remote, new: str, old: str = "DEPTH = 4"):
@@ -33,10 +30,7 @@ def experiment(store: Store, remote: Remote, new: str, old: str = "DEPTH = 4"):
 
 
 def test_numbers_best_and_notes_through_the_remote(tmp_path):
-    bare, (a, b) = machines(tmp_path)
-    remote_a, remote_b = Remote(a, "origin"), Remote(b, "origin")
-    remote_a.sync()
-    remote_b.sync()
+    bare, (a, b), (remote_a, remote_b) = machines(tmp_path)
     base = a.best()
     assert b.best() == base and a.read_note(base)["status"] == "baseline"  # fetched with the notes
     number_a, commit_a = experiment(a, remote_a, "DEPTH = 6")
@@ -79,10 +73,7 @@ def test_an_unreachable_remote_is_retried_then_named(tmp_path):
 
 
 def test_a_keep_that_never_reached_the_remote_is_rebased_not_lost(tmp_path):
-    bare, (a, b) = machines(tmp_path)
-    remote_a, remote_b = Remote(a, "origin"), Remote(b, "origin")
-    remote_a.sync()
-    remote_b.sync()
+    bare, (a, b), (remote_a, remote_b) = machines(tmp_path)
     base = a.best()
     # a keeps DEPTH 6 locally, then dies before moving best anywhere
     number_a, commit_a = experiment(a, remote_a, "DEPTH = 6")

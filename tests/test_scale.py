@@ -3,7 +3,7 @@ import subprocess
 import sys
 
 from gitresearch.gitstore import Store
-from helpers import cli, make_repo, sh
+from helpers import cli, make_repo, sh, share_through_bare_remote
 
 SLOW = "[early_stop]\nenabled = false\n"
 
@@ -64,15 +64,7 @@ def test_workers_share_one_repo_and_rebase_a_stale_improvement(tmp_path):
 def test_two_machines_share_a_bare_remote(tmp_path):
     seed = slow_repo(tmp_path / "seed", step_s="0.05")
     cli("loop", "--max-experiments", "0", cwd=seed)
-    bare = tmp_path / "remote.git"
-    sh("git", "init", "-q", "--bare", str(bare), cwd=tmp_path)
-    sh("git", "push", "-q", str(bare), "main", "best", "refs/notes/*:refs/notes/*",
-       "refs/gitresearch/*:refs/gitresearch/*", cwd=seed)
-    machines = []
-    for name in ("a", "b"):
-        sh("git", "clone", "-q", "-b", "main", str(bare), name, cwd=tmp_path)
-        cli("init", cwd=tmp_path / name)
-        machines.append(tmp_path / name)
+    bare, machines = share_through_bare_remote(seed)
     procs = [subprocess.Popen([sys.executable, "-m", "gitresearch", "loop", "--remote", "origin",
                                "--max-experiments", "10", "--seed", str(i + 1)], cwd=m,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -92,12 +84,7 @@ def test_two_machines_share_a_bare_remote(tmp_path):
 
 def test_an_empty_remote_is_started_by_the_first_machine(tmp_path):
     seed = slow_repo(tmp_path / "seed", step_s="0.0")
-    bare = tmp_path / "remote.git"
-    sh("git", "init", "-q", "--bare", str(bare), cwd=tmp_path)
-    sh("git", "push", "-q", str(bare), "main", cwd=seed)  # code only: no best, no notes yet
-    for name in ("a", "b"):
-        sh("git", "clone", "-q", "-b", "main", str(bare), name, cwd=tmp_path)
-        cli("init", cwd=tmp_path / name)
+    bare, _ = share_through_bare_remote(seed, everything=False)  # code only: no best, no notes yet
     first = cli("loop", "--remote", "origin", "--max-experiments", "1", "--seed", "1", cwd=tmp_path / "a")
     assert "baseline run 1/2" in first.stderr
     second = cli("loop", "--remote", "origin", "--max-experiments", "2", "--seed", "2", cwd=tmp_path / "b")
