@@ -25,12 +25,13 @@ WORSE, BETTER, SKIP = 0, 1, 125
 
 
 def default_threshold(store: Store) -> float | None:
-    baseline = store.read_note(store.experiment_commit(0) or "") if store.experiment_commit(0) else None
-    best = store.read_note(store.best()) if store.best() else None
-    values = [r.get("val_bpb") for r in (baseline, best) if r]
-    if len(values) != 2 or not all(isinstance(v, (int, float)) for v in values):
-        return None
-    return (values[0] + values[1]) / 2
+    values = []
+    for commit in (store.experiment_commit(0), store.best()):
+        value = (store.read_note(commit) or {}).get("val_bpb") if commit else None
+        if not isinstance(value, (int, float)):
+            return None
+        values.append(value)
+    return sum(values) / 2
 
 
 def measure(store: Store, config: Config, commit: str, rerun: bool) -> tuple[float | None, str]:

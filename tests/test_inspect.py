@@ -117,5 +117,11 @@ def test_bisect_run_exit_codes(repo):
     rerun = bisect_exit(repo, "--rerun", "--threshold", "9", rev=crash["commit"])
     assert rerun.returncode == 125 and "rerun crash" in rerun.stdout
     assert bisect_exit(repo, "--rerun", "--threshold", "9", rev=keep["commit"]).returncode == 1
+    store = Store(repo)  # the default threshold: halfway between the baseline and best
+    best, baseline = store.best(), store.experiment_commit(0)
+    middle = (store.read_note(best)["val_bpb"] + store.read_note(baseline)["val_bpb"]) / 2
+    at_best, at_baseline = bisect_exit(repo, rev=best), bisect_exit(repo, rev=baseline)
+    assert (at_best.returncode, at_baseline.returncode) == (1, 0)
+    assert f"vs threshold {middle:.6f}" in at_best.stdout
     broken = bisect_exit(repo, "--threshold", "not-a-number")
     assert broken.returncode == 2  # click's usage error, before any bisect step runs
