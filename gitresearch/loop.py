@@ -150,8 +150,9 @@ class Loop:
             exp = self.claim_pending(experiments)  # before the count: a pending one is never left
             if exp is not None:  # interrupted before its note, or a rebase: run it, never duplicate it
                 number, commit, parent, description = exp.number, exp.commit, exp.parent, exp.description
-                proposal_data = {"policy": self.store.trailer(commit, "Gitresearch-Policy"),
-                                 "diff_sha": diff_sha(self.store.diff_of(commit)), "rerun": True}
+                made_by = self.store.trailer(commit, "Gitresearch-Policy")
+                proposal_data = {"policy": made_by, "diff_sha": diff_sha(self.store.diff_of(commit)),
+                                 "rebase" if made_by == "rebase" else "rerun": True}
             else:
                 limit = self.config.loop.max_experiments
                 if limit is not None and len(experiments) >= limit:  # the rest are being run
@@ -388,7 +389,8 @@ class Loop:
         parent_record = self.store.read_note(parent) or {}
         best = self.store.best()
         best_record = self.store.read_note(best) or {}
-        min_delta = (self.store.read_note(self.store.experiment_commit(0)) or {}).get("min_delta", 0.0)
+        baseline = self.baseline_record()
+        min_delta = baseline.get("min_delta", 0.0)
         record = {"experiment": number, "description": description, "started": started,
                   "finished": time.time(), "budget_s": self.config.run.budget_s,
                   "host": socket.gethostname(), "parent_val_bpb": parent_record.get("val_bpb"),
@@ -412,12 +414,12 @@ class Loop:
             if not record.get("reason"):
                 record["reason"] = (f"not better than best by more than min_delta {min_delta:.6f}"
                                     if parent == best else "best moved since it was proposed")
-        record["reward"] = reward(record, self.baseline_record(), self.config.reward)
+        record["reward"] = reward(record, baseline, self.config.reward)
         self.store.write_note(commit, record)
         if record["status"] == "keep" and not self.advance(best, commit, f"gitresearch: keep #{number} "
                                                            f"val_bpb {result.metric:.6f}: {description}"):
             record.update(status="discard", reason="best moved while it ran")
-            record["reward"] = reward(record, self.baseline_record(), self.config.reward)
+            record["reward"] = reward(record, baseline, self.config.reward)
         if record["status"] == "discard" and beat_parent and parent != self.store.best():
             # an improvement found against an older best: rebased and run again, never dropped
             record["reason"] += "; " + self.rebase(number, commit, description)
