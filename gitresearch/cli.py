@@ -26,6 +26,7 @@ from . import selfeval
 from .gitstore import GitError, Store
 from .loop import Loop, LoopError, run_commit
 from .policies import POLICIES, BackendError, PolicyError
+from .sandbox import SandboxError
 from .setup import SetupError, init_repo
 
 console = Console(stderr=True)
@@ -76,15 +77,18 @@ def init(directory: Path, template: str | None):
 @click.option("--seed", type=int, help="random policy seed")
 @click.option("--workers", type=int, help="experiments at once: one per GPU, or CPU cores split [loop] workers")
 @click.option("--remote", help="a git remote shared with other machines [loop] remote")
+@click.option("--no-sandbox", is_flag=True, default=None,
+              help="run train.py without a sandbox, with your file access ([sandbox] mode = \"none\")")
 def loop(policy, backend, model, base_url, budget, max_experiments, max_hours, patience, early_stop, seed,
-         workers, remote):
+         workers, remote, no_sandbox):
     """Run experiments until a stop condition; resumes from git state after any stop."""
     root = _repo_root()
     config = _load(root, **{"run.budget_s": budget, "loop.max_experiments": max_experiments,
                             "loop.max_hours": max_hours, "loop.patience": patience,
                             "early_stop.enabled": early_stop, "policy.seed": seed,
                             "policy.name": policy, "llm.backend": backend, "llm.model": model,
-                            "llm.base_url": base_url, "loop.workers": workers, "loop.remote": remote})
+                            "llm.base_url": base_url, "loop.workers": workers, "loop.remote": remote,
+                            "sandbox.mode": "none" if no_sandbox else None})
     with report.LiveProgress(console) as live:
         try:
             outcome = Loop(root, config, display=live.log, on_progress=live.update).run()
@@ -98,16 +102,22 @@ def loop(policy, backend, model, base_url, budget, max_experiments, max_hours, p
 @click.argument("rev", default="best")
 @click.option("--budget", type=float, help="training seconds [run] budget_s")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
-def run(rev, budget, as_json):
+@click.option("--no-sandbox", is_flag=True, default=None, help="run without a sandbox")
+def run(rev, budget, as_json, no_sandbox):
     """Run one commit under the budget and print its result; writes nothing to git."""
     root = _repo_root()
-    config = _load(root, **{"run.budget_s": budget})
+    config = _load(root, **{"run.budget_s": budget, "sandbox.mode": "none" if no_sandbox else None})
     store = Store(root)
     commit = store.resolve(rev)
     (store.state_dir / "worktrees").mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gitresearch-run-") as tmp, report.LiveProgress(console) as live:
-        result = run_commit(store, config, commit, Path(tmp), on_progress=live.update)
+        try:
+            result = run_commit(store, config, commit, Path(tmp), on_progress=live.update)
+        except SandboxError as err:
+            raise click.ClickException(str(err)) from err
     data = {"commit": commit, "status": result.status, "val_bpb": result.metric,
+            "metric_source": result.metric_source, "self_reported": result.self_reported,
+            "sandbox": result.sandbox,
             "reason": result.reason, "seconds": result.seconds,
             "training_seconds": result.training_seconds, "peak_memory_mb": result.peak_memory_mb,
             "log_tail": result.log_tail}
@@ -120,11 +130,12 @@ def run(rev, budget, as_json):
 def status(as_json):
     """Experiments by status, baseline vs best, experiments per hour, budget share, compute
     saved by early stop, and the best chain."""
-    store = Store(_repo_root())
+    root = _repo_root()
+    store, config = Store(root), _load(root)
     if as_json:
-        click.echo(json.dumps(report.summarise(store)))
+        click.echo(json.dumps(report.summarise(store, config)))
     else:
-        report.print_status(store, Console())
+        report.print_status(store, Console(), config)
 
 
 @main.command()

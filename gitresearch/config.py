@@ -42,6 +42,18 @@ class FilesConfig:
 class MetricConfig:
     name: str = "val_bpb"  # key in the summary block and metrics JSON lines
     direction: str = "minimize"
+    # A frozen evaluation command (run in the repo's frozen files, in a fresh sandbox, after
+    # training) whose number is the result; empty: train.py's own number is (self-reported).
+    evaluate: tuple[str, ...] = ()
+    evaluate_timeout_s: float = 600.0  # wall seconds allowed for the evaluation
+    tolerance: float = 1e-3  # train.py's own final number may differ from the evaluator's by this
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    mode: str = "bwrap"  # bwrap (Linux namespaces) | none (opt-out: train.py sees what you see)
+    train_read_only: tuple[str, ...] = ()  # paths training may read (~, $VAR, ${VAR:-x} expand)
+    evaluate_read_only: tuple[str, ...] = ()  # paths the evaluator may read (the validation data)
 
 
 @dataclass(frozen=True)
@@ -145,6 +157,7 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     files: FilesConfig = field(default_factory=FilesConfig)
     metric: MetricConfig = field(default_factory=MetricConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     noise: NoiseConfig = field(default_factory=NoiseConfig)
     early_stop: EarlyStopConfig = field(default_factory=EarlyStopConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -163,7 +176,7 @@ def _section(cls, table: dict, where: str):
     for name, value in table.items():
         if isinstance(value, list):
             value = tuple(value)
-        if name == "command" and isinstance(value, str):
+        if name in ("command", "setup", "evaluate") and isinstance(value, str):
             value = tuple(value.split())
         values[name] = value
     return cls(**values)

@@ -27,8 +27,10 @@ EXPERIMENTS_PREFIX = "refs/gitresearch/experiments/"
 NOTE_SCHEMA = 1
 MAX_RESERVE_TRIES = 100  # experiment numbers tried before a refusing remote is an error
 AUTHOR = ("gitresearch", "gitresearch@localhost")
-CLEAN_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
-                  "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES")
+GIT_ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "XDG_CONFIG_HOME",
+                 "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL",
+                 "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_ASKPASS", "SSH_ASKPASS")
+GIT_SAFE_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 
 
 class GitError(RuntimeError):
@@ -43,13 +45,22 @@ class InvalidDiff(ValueError):
     """A proposed diff cannot be parsed or applied."""
 
 
+def git_env(extra: dict | None = None) -> dict:
+    """The environment of every git call: an allow-list (no API keys, no GIT_* that redirects
+    the repo or runs a program), C locale, no prompts."""
+    env = {k: v for k, v in os.environ.items()
+           if k in GIT_ENV_ALLOW or k.startswith(("SSH_", "GIT_SSH"))}
+    env.update(LC_ALL="C", GIT_TERMINAL_PROMPT="0", **(extra or {}))
+    return env
+
+
 def git(*args: str, cwd: Path, check: bool = True, input: str | None = None,
         env_extra: dict | None = None) -> str:
-    """Run the git CLI in a clean environment; errors carry the command, exit code and output."""
-    env = {k: v for k, v in os.environ.items() if k not in CLEAN_ENV_DROP}
-    env.update(LC_ALL="C", GIT_TERMINAL_PROMPT="0", **(env_extra or {}))
-    proc = subprocess.run(["git", *args], cwd=cwd, env=env, input=input, capture_output=True,
-                          text=True)
+    """Run the git CLI with hooks and the fsmonitor off (a hook planted in the repo never runs
+    with the user's environment) in a clean environment; errors carry the command, exit code
+    and output."""
+    proc = subprocess.run(["git", *GIT_SAFE_CONFIG, *args], cwd=cwd, env=git_env(env_extra),
+                          input=input, capture_output=True, text=True)
     if check and proc.returncode != 0:
         tail = (proc.stdout + proc.stderr)[-2000:]
         raise GitError(f"`git {' '.join(args)}` exited {proc.returncode} in {cwd}:\n{tail}")
@@ -334,11 +345,31 @@ class Store:
             return 0
         return sum(1 for _ in self.repo.notes(NOTES_REF))
 
-    # -- worktrees -------------------------------------------------------------------------
+    # -- checkouts -------------------------------------------------------------------------
 
-    def add_worktree(self, commit: str, path: Path) -> None:
-        git("worktree", "add", "--detach", "--force", str(path), commit, cwd=self.root)
+    def checkout(self, commit: str, path: Path, exclude: tuple[str, ...] = ()) -> None:
+        """Write `commit`'s files (less the `exclude` paths) into the new folder `path`. No
+        .git link, no index, no hooks: the folder is a plain copy a sandbox can be given."""
+        path.mkdir(parents=True)
 
-    def remove_worktree(self, path: Path) -> None:
-        git("worktree", "remove", "--force", "--force", str(path), cwd=self.root, check=False)
+        def write(tree: pygit2.Tree, folder: Path, prefix: str) -> None:
+            for entry in tree:
+                rel = prefix + entry.name
+                if rel in exclude:
+                    continue
+                target = folder / entry.name
+                if entry.filemode == pygit2.enums.FileMode.TREE:
+                    target.mkdir()
+                    write(self.repo[entry.id], target, rel + "/")
+                elif entry.filemode == pygit2.enums.FileMode.LINK:
+                    os.symlink(self.repo[entry.id].data, target)
+                elif entry.filemode in (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE):
+                    target.write_bytes(self.repo[entry.id].data)
+                    if entry.filemode == pygit2.enums.FileMode.BLOB_EXECUTABLE:
+                        target.chmod(0o755)
+
+        write(self.repo[commit].peel(pygit2.Tree), path, "")
+
+    def prune_worktrees(self) -> None:
+        """Forget git worktrees that older versions registered (they ran under .git)."""
         git("worktree", "prune", cwd=self.root, check=False)

@@ -12,6 +12,7 @@ import statistics
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -24,7 +25,8 @@ from .policies import PolicyError, make_policy
 from .policies.reward import novelty, reward
 from .proposal import diff_sha, propose_valid
 from .remote import Remote
-from .runner import RunResult, SetupError, kill_orphans, run_setup, run_training
+from .runner import RunResult, SetupError, kill_orphans, run_evaluation, run_setup, run_training
+from .sandbox import SandboxError, mode as sandbox_mode
 from .calibration import EarlyStop
 from .workers import Claims, RepoLock, run_workers
 
@@ -47,23 +49,43 @@ class LoopReport:
 def run_commit(store: Store, config: Config, commit: str, run_dir: Path,
                on_progress: Callable | None = None, stop_event: threading.Event | None = None,
                should_stop: Callable | None = None, env_extra: dict | None = None) -> RunResult:
-    """Check `commit` out in a worktree of its own, train it, remove the worktree."""
+    """Check `commit` out into a fresh folder, train it there, then (where the config names an
+    evaluator) evaluate its artifact over a fresh checkout of the frozen files alone."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    worktree = Path(tempfile.mkdtemp(prefix="wt-", dir=store.state_dir / "worktrees"))
-    worktree.rmdir()
+    with checkout(store, commit) as work:
+        result = run_training(work, config, run_dir / "log.txt", run_dir / "metrics.jsonl",
+                              on_progress=on_progress, stop_event=stop_event, should_stop=should_stop,
+                              env_extra=env_extra)
     try:
-        store.add_worktree(commit, worktree)
-        return run_training(worktree, config, run_dir / "log.txt", run_dir / "metrics.jsonl",
-                            on_progress=on_progress, stop_event=stop_event, should_stop=should_stop,
-                            env_extra=env_extra)
+        if result.status == "ok" and config.metric.evaluate:
+            with checkout(store, commit, exclude=config.files.editable) as frozen:
+                result = run_evaluation(result, frozen, config, run_dir / "evaluate.log", env_extra)
     finally:
-        store.remove_worktree(worktree)
-        shutil.rmtree(worktree, ignore_errors=True)
+        shutil.rmtree(run_dir / "out", ignore_errors=True)  # artifacts: only the verdict is kept
+    return result
+
+
+@contextmanager
+def checkout(store: Store, commit: str, exclude: tuple[str, ...] = ()):
+    """A plain copy of `commit`'s files in the state dir's worktrees folder, removed after."""
+    path = Path(tempfile.mkdtemp(prefix="wt-", dir=store.state_dir / "worktrees"))
+    path.rmdir()
+    try:
+        store.checkout(commit, path, exclude)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def result_fields(result: RunResult, store: Store) -> dict:
     log = os.path.relpath(result.log_path, store.repo.path)
-    return {"val_bpb": result.metric, "reason": result.reason, "seconds": result.seconds,
+    fields = {"sandbox": result.sandbox, "metric_source": result.metric_source}
+    if result.self_reported is not None:
+        fields["self_reported"] = result.self_reported
+    if result.evaluation:
+        fields["evaluation"] = {"seconds": result.evaluation["seconds"],
+                                "log": os.path.relpath(result.evaluation["log"], store.repo.path)}
+    return {**fields, "val_bpb": result.metric, "reason": result.reason, "seconds": result.seconds,
             "training_seconds": result.training_seconds, "peak_memory_mb": result.peak_memory_mb,
             "exit_code": result.exit_code, "log": log, "log_tail": result.log_tail,
             "network_isolated": result.network_isolated,
@@ -114,6 +136,10 @@ class Loop:
         start = time.monotonic()
         if self.config.loop.workers > 1 and self.policy_name == "rl":
             raise LoopError("the rl policy learns in one process: use --workers 1")
+        try:
+            sandbox_mode(self.config)  # refuse before anything runs when there is no sandbox
+        except SandboxError as err:
+            raise LoopError(str(err)) from err
         policy = make_policy(self.policy_name, self.config, self.store)  # fails fast on bad settings
         self.clean_leftovers()
         if self.remote:
@@ -203,17 +229,12 @@ class Loop:
         """The config's setup command, once per loop, in a worktree of best, untimed."""
         if not self.config.run.setup:
             return
-        worktree = Path(tempfile.mkdtemp(prefix="wt-", dir=self.store.state_dir / "worktrees"))
-        worktree.rmdir()
+        self.display(f"setup: {' '.join(self.config.run.setup)}")
         try:
-            self.store.add_worktree(self.store.best(), worktree)
-            self.display(f"setup: {' '.join(self.config.run.setup)}")
-            run_setup(worktree, self.config, self.store.state_dir / "runs" / "setup.log")
+            with checkout(self.store, self.store.best(), exclude=self.config.files.editable) as work:
+                run_setup(work, self.config, self.store.state_dir / "runs" / "setup.log")
         except SetupError as err:
             raise LoopError(str(err)) from err
-        finally:
-            self.store.remove_worktree(worktree)
-            shutil.rmtree(worktree, ignore_errors=True)
 
     def clean_leftovers(self) -> None:
         """Training processes and worktrees left by a loop that was killed (we hold the lock)."""
@@ -221,8 +242,8 @@ class Loop:
         if kill_orphans(worktrees):
             self.display("killed training processes left by an earlier, killed loop")
         for stale in worktrees.iterdir():
-            self.store.remove_worktree(stale)
             shutil.rmtree(stale, ignore_errors=True)
+        self.store.prune_worktrees()
 
     def stop_reason(self, finished, start) -> str:
         limits = self.config.loop

@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from . import sandbox
+from .config import Config
 from .gitstore import GitError, Store
 
 LOG_KEYS = ("experiment", "commit", "parent", "status", "val_bpb", "delta", "description",
@@ -43,7 +45,7 @@ def show_record(store: Store, rev: str) -> dict:
             "diff": store.diff_of(commit)}
 
 
-def summarise(store: Store) -> dict:
+def summarise(store: Store, config: Config | None = None) -> dict:
     experiments = store.experiments()
     notes = [e.record for e in experiments if e.record is not None]
     by_status = collections.Counter(n.get("status") for n in notes)
@@ -62,7 +64,14 @@ def summarise(store: Store) -> dict:
     saved = sum(max(0.0, n["budget_s"] - (n.get("training_seconds") or 0)) for n in runs
                 if n.get("status") == "early_stop" and n.get("budget_s"))
     base_bpb, best_bpb = (baseline or {}).get("val_bpb"), best.get("val_bpb")
+    measured = [n for n in notes if n.get("status") not in ("invalid", None)]
+    sources = collections.Counter(n.get("metric_source", "self-reported") for n in measured)
+    sandboxes = collections.Counter(n.get("sandbox", "none") for n in measured)
+    evaluator = " ".join(config.metric.evaluate) if config and config.metric.evaluate else None
     return {
+        "sandbox_host": sandbox.probe().describe(),
+        "sandbox_mode": config.sandbox.mode if config else None,
+        "evaluator": evaluator, "metric_sources": dict(sources), "sandboxes": dict(sandboxes),
         "experiments": len(notes) - (baseline is not None), "by_status": dict(by_status),
         "baseline_val_bpb": base_bpb, "best_val_bpb": best_bpb,
         "relative_gain": (base_bpb - best_bpb) / base_bpb if base_bpb and best_bpb else None,
@@ -79,9 +88,18 @@ def _fmt(value, spec=".6f"):
     return "-" if value is None else format(value, spec)
 
 
-def print_status(store: Store, console: Console) -> dict:
-    s = summarise(store)
+def print_status(store: Store, console: Console, config: Config | None = None) -> dict:
+    s = summarise(store, config)
     table = Table(title="gitresearch status", show_header=False)
+    table.add_row("sandbox on this host", s["sandbox_host"])
+    if s["sandbox_mode"] == "none":
+        table.add_row("sandbox", "[red]off ([sandbox] mode = \"none\"): train.py runs with your file access[/red]")
+    table.add_row("metric decided by", s["evaluator"] and f"the evaluator `{s['evaluator']}`"
+                  or "[yellow]train.py itself (self-reported; no [metric] evaluate)[/yellow]")
+    if s["metric_sources"]:
+        table.add_row("  results by source", ", ".join(f"{k} {v}" for k, v in sorted(s["metric_sources"].items())))
+    if s["sandboxes"].get("none"):
+        table.add_row("  runs without a sandbox", str(s["sandboxes"]["none"]))
     table.add_row("experiments", str(s["experiments"]))
     for status, n in sorted(s["by_status"].items(), key=lambda item: -item[1]):
         table.add_row(f"  {status}", str(n))

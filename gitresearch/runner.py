@@ -1,13 +1,16 @@
-"""The runner: the only module that spawns training. One run = one process group in its own
-worktree, under a hard wall-clock limit, with a clean environment, no network where the OS
-allows, capped logs, a memory watch over the whole process tree and frozen-file checks.
+"""The runner: the only module that spawns training and evaluation. One run = one process
+group in a sandbox (see sandbox.py) over a fresh checkout of the commit, under a hard
+wall-clock limit, with a clean environment, capped logs, a memory watch over the whole
+process tree and frozen-file checks. Then, where `[metric] evaluate` names a frozen evaluator,
+that command runs in a fresh sandbox over the repo's frozen files and the artifact train.py
+saved, and its number is the result; train.py's own is kept as `self_reported`.
 
 Environment allow-list: only the variables in ENV_ALLOW (and PREFIX_ALLOW prefixes) plus the
-config's `run.env_allow` reach train.py, and then GITRESEARCH_BUDGET_S and GITRESEARCH_METRICS
-are set. API keys, tokens and the like never do unless a user names them in `run.env_allow`.
-Network: the command runs under `unshare --net --map-root-user` (a new, empty network
-namespace) when the kernel allows unprivileged user namespaces or we are root; elsewhere
-(macOS, locked-down containers) it runs with the host network and the result says so.
+config's `run.env_allow` reach train.py, and then GITRESEARCH_BUDGET_S, GITRESEARCH_METRICS and
+GITRESEARCH_ARTIFACTS are set. API keys, tokens and the like never do unless a user names them
+in `run.env_allow`. Everything train.py leaves behind is read without following links
+(O_NOFOLLOW, regular files only, capped), so a planted symlink or FIFO cannot make the
+harness read or block on a file of the user's.
 """
 from __future__ import annotations
 
@@ -16,19 +19,21 @@ import hashlib
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 import psutil
 
 from . import metrics as M
+from . import sandbox
 from .config import Config
 
 ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "TERM",
@@ -38,6 +43,7 @@ ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "TERM",
              "MKL_NUM_THREADS", "PYTHONHASHSEED")
 PREFIX_ALLOW = ("LC_", "OPENBLAS_")
 TAIL_BYTES = 64 * 1024  # output kept in memory for the summary block and the note's tail
+METRICS_CAP = 16 * 2 ** 20  # bytes of a run's metrics file read at most
 POLL_S = 0.25  # seconds between checks of the process tree (exit is noticed at once)
 
 
@@ -55,6 +61,10 @@ class RunResult:
     log_tail: str
     network_isolated: bool
     events: list[str] = field(default_factory=list)
+    sandbox: str = "none"  # bwrap | none
+    metric_source: str = "self-reported"  # evaluator | self-reported
+    self_reported: float | None = None  # train.py's own final number, when it printed one
+    evaluation: dict = field(default_factory=dict)  # the evaluator's seconds, log and summary
 
     @property
     def training_seconds(self) -> float | None:
@@ -83,13 +93,40 @@ def clean_env(extra_allow: tuple[str, ...], secrets: tuple[str, ...] = ()) -> di
             if (k in allowed or k.startswith(PREFIX_ALLOW)) and k not in secrets and v not in hidden}
 
 
+def read_untrusted(path: Path, offset: int = 0, limit: int = METRICS_CAP) -> bytes:
+    """Up to `limit` bytes from `offset` of a file a sandboxed process may have written: a
+    symlink, a FIFO, a device or a missing file reads as nothing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        os.lseek(fd, offset, os.SEEK_SET)
+        chunks, left = [], limit
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def hash_files(root: Path, patterns: tuple[str, ...]) -> dict[str, str]:
+    """SHA-256 of each file matching `patterns` under `root`, never following a link."""
     hashes = {}
     for pattern in patterns:
         matches = sorted(root.glob(pattern)) or [root / pattern]
         for path in matches:
             rel = str(path.relative_to(root))
-            hashes[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+            if path.is_symlink():
+                hashes[rel] = "symlink"
+            elif not path.exists():
+                hashes[rel] = "missing"
+            else:
+                data = read_untrusted(path, limit=1 << 40)
+                hashes[rel] = hashlib.sha256(data).hexdigest() if path.is_file() else "not a file"
     return hashes
 
 
@@ -242,13 +279,29 @@ def run_setup(workdir: Path, config: Config, log_path: Path) -> None:
                          f"log: {log_path}\n{tail}")
 
 
+def sandboxed(command: list[str], config: Config, workdir: Path, writable: tuple,
+              read_only: tuple) -> tuple[list[str], str, bool]:
+    """(argv, sandbox mode, network isolated) for running `command` in `workdir`."""
+    command = list(command)
+    if command and command[0] in ("python", "python3"):
+        command[0] = sys.executable  # the interpreter gitresearch runs in, with its packages
+    mode = sandbox.mode(config)
+    if mode == "bwrap":
+        paths = tuple(sandbox.expand(p) for p in read_only)
+        return sandbox.wrap(command, workdir, writable, paths), mode, True
+    if config.run.isolate_network and network_isolation_available():
+        return ["unshare", "--net", "--map-root-user", "--", *command], mode, True
+    return command, mode, False
+
+
 def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Path,
                  on_progress: Callable[[dict], None] | None = None,
                  should_stop: Callable[[list[dict]], str | None] | None = None,
                  stop_event: threading.Event | None = None, env_extra: dict | None = None) -> RunResult:
     """Run the configured training command in `workdir` and classify the outcome.
     `env_extra` (a worker's CUDA_VISIBLE_DEVICES or thread count) is set on top of the clean
-    environment.
+    environment. The process writes its metrics and artifacts into a fresh `out` folder beside
+    `metrics_path`; the harness copies the metrics to `metrics_path` itself.
 
     `should_stop(points)` is asked whenever new metric points arrive; a reason stops the run
     as `early_stop`. `stop_event` set by a signal handler stops it as `crash`, "interrupted".
@@ -257,18 +310,21 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
     workdir, log_path, metrics_path = Path(workdir), Path(log_path), Path(metrics_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     metrics_path.unlink(missing_ok=True)
+    out = metrics_path.with_name("out")
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "artifacts").mkdir(parents=True)
+    live_metrics = out / "metrics.jsonl"
     frozen_before = hash_files(workdir, config.files.frozen)
-    command = list(run.command)
-    if command and command[0] in ("python", "python3"):
-        command[0] = sys.executable  # the interpreter gitresearch runs in, with its packages
-    isolated = run.isolate_network and network_isolation_available()
-    if isolated:
-        command = ["unshare", "--net", "--map-root-user", "--", *command]
+    command, mode, isolated = sandboxed(run.command, config, workdir, (workdir, out),
+                                        config.sandbox.train_read_only)
     env = clean_env(run.env_allow, (config.llm.api_key_env,))
     env.update(env_extra or {})
     run_id = uuid.uuid4().hex
-    env.update(GITRESEARCH_BUDGET_S=f"{run.budget_s:g}", GITRESEARCH_METRICS=str(metrics_path),
-               PYTHONUNBUFFERED="1", GITRESEARCH_RUN_ID=run_id)
+    env.update(GITRESEARCH_BUDGET_S=f"{run.budget_s:g}", GITRESEARCH_METRICS=str(live_metrics),
+               GITRESEARCH_ARTIFACTS=str(out / "artifacts"), PYTHONUNBUFFERED="1",
+               GITRESEARCH_RUN_ID=run_id)
+    if mode == "bwrap":
+        env["TMPDIR"] = "/tmp"  # the sandbox's private tmpfs
     limit = run.budget_s + run.grace_s
     progress = {"step": None, "train_loss": None, "metric": None}
 
@@ -302,21 +358,18 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
             except psutil.Error:
                 pass
         peak_rss = max(peak_rss, rss)
-        if metrics_path.exists():
-            with open(metrics_path, "rb") as f:
-                f.seek(metrics_offset)
-                chunk = f.read()
-            complete = chunk.rfind(b"\n") + 1
-            if complete:
-                metrics_offset += complete
-                new = M.parse_metric_lines(chunk[:complete].decode("utf-8", "replace"))
-                if new:
-                    points.extend(new)
-                    last = [p for p in new if p.get(config.metric.name) is not None]
-                    if last:
-                        progress["metric"] = last[-1][config.metric.name]
-                    if should_stop and (why := should_stop(points)):
-                        verdict, reason = "early_stop", why
+        chunk = read_untrusted(live_metrics, metrics_offset, METRICS_CAP - metrics_offset)
+        complete = chunk.rfind(b"\n") + 1
+        if complete:
+            metrics_offset += complete
+            new = M.parse_metric_lines(chunk[:complete].decode("utf-8", "replace"))
+            if new:
+                points.extend(new)
+                last = [p for p in new if p.get(config.metric.name) is not None]
+                if last:
+                    progress["metric"] = last[-1][config.metric.name]
+                if should_stop and (why := should_stop(points)):
+                    verdict, reason = "early_stop", why
         if run.memory_limit_mb and rss > run.memory_limit_mb * 2 ** 20:
             verdict, reason = "crash", (f"memory limit: the process tree used {rss / 2 ** 20:.0f} MB, "
                                         f"over run.memory_limit_mb = {run.memory_limit_mb:g}")
@@ -339,10 +392,14 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
     pump.join(timeout=5)
     pump.close()
     tail = pump.tail_text()
-    if metrics_path.exists():
-        points = M.parse_metric_lines(metrics_path.read_text(errors="replace"))
+    raw_metrics = read_untrusted(live_metrics)
+    metrics_path.write_bytes(raw_metrics)
+    points = M.parse_metric_lines(raw_metrics.decode("utf-8", "replace"))
     summary = M.parse_summary(tail)
-    metric = M.final_metric(config.metric.name, summary, points)
+    self_reported = M.final_metric(config.metric.name, summary,
+                                   [p for p in points if p.get("final")])
+    metric = (self_reported if config.metric.evaluate
+              else M.final_metric(config.metric.name, summary, points))
     frozen_after = hash_files(workdir, config.files.frozen)
     changed = [name for name in frozen_after if frozen_before.get(name) != frozen_after[name]]
     if changed:
@@ -351,13 +408,62 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
         if exit_code != 0:
             how = (f"killed by signal {-exit_code}" if exit_code < 0 else f"exited with code {exit_code}")
             verdict, reason = "crash", f"{how}: {_last_line(tail)}"
-        elif metric is None:
+        elif metric is None and not config.metric.evaluate:
             verdict, reason = "crash", (f"no {config.metric.name} reported (no summary block line "
                                         f"and no GITRESEARCH_METRICS point): {_last_line(tail)}")
-        elif not M.is_finite(metric):
+        elif metric is not None and not M.is_finite(metric):
             verdict, reason = "crash", f"{config.metric.name} is {metric}"
         else:
             verdict = "ok"
     return RunResult(verdict, reason, metric if verdict == "ok" else None, summary, points,
                      exit_code, round(seconds, 3), round(peak_rss / 2 ** 20, 1), str(log_path),
-                     "\n".join(tail.splitlines()[-12:])[-1500:], isolated)
+                     "\n".join(tail.splitlines()[-12:])[-1500:], isolated, sandbox=mode,
+                     self_reported=self_reported if M.is_finite(self_reported) else None)
+
+
+def run_evaluation(result: RunResult, eval_dir: Path, config: Config, log_path: Path,
+                   env_extra: dict | None = None) -> RunResult:
+    """The evaluator's verdict on a finished training run: `[metric] evaluate` runs in
+    `eval_dir` (a fresh checkout of the frozen files), in a sandbox where it may write
+    nothing but a private /tmp and read the artifacts train.py saved and the evaluation data.
+    Its number becomes the result; train.py's own number must agree within the tolerance."""
+    artifacts = Path(result.log_path).parent / "out" / "artifacts"
+    if not config.metric.evaluate or result.status != "ok":
+        return result
+    metric_name = config.metric.name
+    command, _, _ = sandboxed(config.metric.evaluate, config, eval_dir, (),
+                              (str(eval_dir), str(artifacts), *config.sandbox.evaluate_read_only))
+    env = clean_env(config.run.env_allow, (config.llm.api_key_env,))
+    env.update(env_extra or {})
+    env.update(GITRESEARCH_ARTIFACTS=str(artifacts), PYTHONUNBUFFERED="1",
+               PYTHONDONTWRITEBYTECODE="1", TMPDIR="/tmp")
+    start = time.monotonic()
+    proc = subprocess.Popen(command, cwd=eval_dir, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    timed_out = False
+    try:
+        output, _ = proc.communicate(timeout=config.metric.evaluate_timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill(proc.pid, {proc.pid: psutil.Process(proc.pid)}, config.run.term_grace_s)
+        output, _ = proc.communicate()
+    seconds = round(time.monotonic() - start, 3)
+    text = output[-TAIL_BYTES:].decode("utf-8", "replace")
+    log_path.write_text(text)
+    summary = M.parse_summary(text)
+    evaluated = M.final_metric(metric_name, summary, [])
+    evaluation = {"seconds": seconds, "exit_code": proc.returncode,
+                  "log": str(log_path), "summary": summary}
+    fields = dict(metric_source="evaluator", evaluation=evaluation)
+    if timed_out:
+        return replace(result, status="timeout", metric=None, **fields,
+                       reason=f"the evaluation took over {config.metric.evaluate_timeout_s:g} s")
+    if proc.returncode != 0 or not M.is_finite(evaluated):
+        return replace(result, status="invalid", metric=None, **fields,
+                       reason=f"the evaluator refused the run (exit {proc.returncode}): {_last_line(text)}")
+    reported = result.self_reported
+    if reported is not None and abs(reported - evaluated) > config.metric.tolerance:
+        return replace(result, status="invalid", metric=None, **fields,
+                       reason=(f"train.py reported {metric_name} {reported:.6f}, the evaluator "
+                               f"measured {evaluated:.6f} (tolerance {config.metric.tolerance:g})"))
+    return replace(result, metric=evaluated, **fields)

@@ -58,7 +58,8 @@ def test_hang_that_ignores_sigterm_times_out(tmp_path):
     result = run_fake(tmp_path, "hang.py", budget=0.5, grace=0.5)
     assert result.status == "timeout"
     assert "over the wall-clock limit of 1 s (budget 0.5 + grace 0.5)" in result.reason
-    assert result.exit_code == -9  # SIGTERM was ignored, SIGKILL was not
+    # bwrap exits on SIGTERM; the script ignores it and dies by SIGKILL (no process left: the fixture)
+    assert result.exit_code in (-9, -15)
     assert time.monotonic() - start < 5
 
 
@@ -66,8 +67,8 @@ def test_children_left_running_are_killed(tmp_path):
     result = run_fake(tmp_path, "child.py")
     assert result.status == "ok"
     pids = [int(p) for p in (tmp_path / "work" / "pids.txt").read_text().split()]
-    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                   for p in pids)
+    assert len(pids) >= 2  # (pids inside the sandbox's own pid namespace)
+    assert not [p for p in tagged_processes() if p.status() != psutil.STATUS_ZOMBIE]
 
 
 def test_output_flood_is_capped(tmp_path):
@@ -114,7 +115,8 @@ def test_opening_a_socket_fails_without_network(tmp_path, monkeypatch):
     result = run_fake(tmp_path, "socket_open.py", env_allow=("FAKE_PORT",))
     assert result.network_isolated
     assert result.status == "crash"
-    assert "Network is unreachable" in result.reason
+    # no route at all (unshare) or an empty loopback of its own (bwrap)
+    assert "Network is unreachable" in result.reason or "Connection refused" in result.reason
     with pytest.raises(socket.timeout):
         server.accept()  # nothing reached the host's loopback
     server.close()
