@@ -6,14 +6,22 @@ Frozen environment of the nanochat target: corpus, tokenizer, splits, constants,
     python prepare.py --corpus fineweb --local-dir DIR  # web-text shards already on disk
 
 train.py imports this file and must not change it: the harness checks its hash before and
-after every run, and every cached file is checked against the manifest written when it was
-built. The cache lives outside the repo, in $NANOCHAT_CACHE_DIR (default:
-$XDG_CACHE_HOME/gitresearch-nanochat, i.e. ~/.cache/gitresearch-nanochat).
+after every run. The cache lives outside the repo, in $NANOCHAT_CACHE_DIR (default:
+~/.cache/gitresearch-nanochat), split in two folders: CORPUS/train (the train split and the
+token byte lengths: all the training sandbox may read) and CORPUS/val (the validation split:
+only the evaluator, evaluate.py, may read it). The default corpus's cached files are checked
+against SHA-256 pins in this file; a web-text cache against the manifest written when it
+was built (read-only to training, like the rest of the cache).
+
+The result of a run is not train.py's to say: train.py saves its model with save_model()
+(an exported graph: torch.export), and evaluate.py, in a fresh sandbox, measures val_bpb on
+it with evaluate_bpb() below, on a fixed number of validation tokens.
 
 Corpora:
 - "default": the top-level modules of the CPython 3.11.7 standard library (4.66 MB of Python
-  source and docstrings, PSF License v2), shipped as data/corpus.txt.xz and pinned by SHA-256.
-  Same bytes on every machine, no network. Built by tools/build_corpus.py in the gitresearch repo.
+  source and docstrings, PSF License v2), shipped as data/corpus.txt.xz and pinned by SHA-256,
+  with its BPE tokenizer (data/tokenizer.json). Same bytes on every machine, no network.
+  Built by tools/build_corpus.py in the gitresearch repo.
 - "fineweb": FineWeb-Edu parquet shards (karpathy/fineweb-edu-100b-shuffle on the Hugging
   Face hub, ODC-By licence), or local .parquet/.txt shards; the last shard is validation.
 """
@@ -41,7 +49,7 @@ class CorpusSpec:
     vocab_size: int  # BPE vocabulary, special tokens included
     seq_len: int  # tokens per training/evaluation row
     eval_tokens: int  # fixed validation token budget of evaluate_bpb
-    quick_eval_tokens: int  # small fixed validation slice for the periodic learning-curve estimate
+    quick_eval_tokens: int  # held-out tail of the train split for the periodic learning-curve estimate
     tokenizer_chars: int  # characters of the train split the tokenizer is trained on
 
 
@@ -58,10 +66,18 @@ EOT = "<|endoftext|>"  # document separator; zero bytes, so it never counts in b
 HERE = Path(__file__).resolve().parent
 DEFAULT_CORPUS_FILE = HERE / "data" / "corpus.txt.xz"
 DEFAULT_CORPUS_SHA256 = "538336ab73a93b4c771c038e3c87f9bf69d23f08dfa49b62c0575d4d66eb15a5"
+DEFAULT_TOKENIZER = HERE / "data" / "tokenizer.json"  # trained on the train split, shipped
+PINNED_CACHE_SHA256 = {  # the default corpus's cache, as every machine builds it
+    "train/token_bytes.npy": "63b0a7608221177a267c14908723f324572a67d3741aefda38804041c1510f28",
+    "train/train.bin": "e2ec067d5e60d1e95a35c04f29c7063430de7209641981dcaa96ac749f3736ec",
+    "val/val.bin": "f20542e5c7a49eddc64e1e822ab1f4dd32a693fda0862b373cdcbaa94fa4306c",
+}
+EVAL_BATCH = 8  # rows per forward pass of the evaluation; the exported model takes this shape
+MODEL_FILE = "model.pt2"  # save_model()'s file in $GITRESEARCH_ARTIFACTS
 DEFAULT_VAL_EVERY = 10  # every 10th document of the default corpus is validation
 FINEWEB_URL_REPO = "karpathy/fineweb-edu-100b-shuffle"
 FINEWEB_VAL_SHARD = 6542  # the last shard of that dataset, held out as validation
-CACHE_FORMAT = 1  # bump when the cached layout changes
+CACHE_FORMAT = 2  # bump when the cached layout changes (2: train/ and val/ folders)
 
 
 FROZEN_MANIFEST = HERE / "frozen.sha256"  # `sha256sum -c` format: the frozen files' pinned hashes
@@ -96,10 +112,7 @@ def budget_seconds() -> float:
 
 
 def cache_dir(corpus: str = CORPUS) -> Path:
-    root = os.environ.get("NANOCHAT_CACHE_DIR")
-    if not root:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(xdg, "gitresearch-nanochat")
+    root = os.environ.get("NANOCHAT_CACHE_DIR") or os.path.expanduser("~/.cache/gitresearch-nanochat")
     return Path(root) / corpus
 
 
@@ -209,18 +222,21 @@ def encode_documents(tok, docs: list[str]) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 # Cache: built once, checked on every load.
 
-CACHE_FILES = ("tokenizer.json", "token_bytes.npy", "train.bin", "val.bin")
+CACHE_FILES = ("train/tokenizer.json", "train/token_bytes.npy", "train/train.bin", "val/val.bin")
 
 
 def build_cache(corpus: str = CORPUS, local_dir: str | None = None, shards: int = 8) -> Path:
     corpus_spec = CORPORA[corpus]
     if corpus == "default":
+        from tokenizers import Tokenizer
+
         train_docs, val_docs = split_default(default_documents())
+        tok = Tokenizer.from_file(str(DEFAULT_TOKENIZER))
     else:
         paths = fineweb_shards(local_dir, shards)
         train_docs = [d for p in paths[:-1] for d in read_shard(p)]
         val_docs = read_shard(paths[-1])
-    tok = train_tokenizer(train_docs, corpus_spec)
+        tok = train_tokenizer(train_docs, corpus_spec)
     lengths = token_byte_lengths(tok)
     train_ids, val_ids = encode_documents(tok, train_docs), encode_documents(tok, val_docs)
     # bpb is only honest if token bytes add up to the text's bytes: check it once, here.
@@ -234,16 +250,19 @@ def build_cache(corpus: str = CORPUS, local_dir: str | None = None, shards: int 
     # Built in a private folder and renamed into place, so concurrent builders never mix files.
     out = cache_dir(corpus)
     final, out = out, out.with_name(f"{out.name}.building-{os.getpid()}")
-    out.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out / "tokenizer.json"))
-    np.save(out / "token_bytes.npy", lengths)
-    train_ids.tofile(out / "train.bin")
-    val_ids.tofile(out / "val.bin")
+    (out / "train").mkdir(parents=True, exist_ok=True)
+    (out / "val").mkdir(exist_ok=True)
+    tok.save(str(out / "train" / "tokenizer.json"))
+    np.save(out / "train" / "token_bytes.npy", lengths)
+    train_ids.tofile(out / "train" / "train.bin")
+    val_ids.tofile(out / "val" / "val.bin")
     manifest = {"format": CACHE_FORMAT, "corpus": corpus,
                 "files": {name: sha256_file(out / name) for name in CACHE_FILES},
                 "train_tokens": int(len(train_ids)), "val_tokens": int(len(val_ids)),
                 "val_bytes": val_bytes}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    # Each half carries the manifest: the training sandbox sees train/ alone.
+    for half in ("train", "val"):
+        (out / half / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     if final.exists():  # a rebuild (--force) or a concurrent builder that finished first
         shutil.rmtree(final)
     try:
@@ -253,30 +272,34 @@ def build_cache(corpus: str = CORPUS, local_dir: str | None = None, shards: int 
     return final
 
 
-def verified_cache(corpus: str = CORPUS) -> Path:
-    """The cache folder, built if missing, with every file checked against its manifest."""
+def verified_cache(corpus: str = CORPUS, halves: tuple[str, ...] = ("train", "val")) -> Path:
+    """The cache folder, built if missing, with the files of `halves` checked: the default
+    corpus's against the pins above, a web-text corpus's against its manifest."""
     out = cache_dir(corpus)
-    manifest_path = out / "manifest.json"
-    if not manifest_path.exists():
+    manifest_path = out / halves[0] / "manifest.json"
+    if not manifest_path.exists() and not (out / halves[0]).exists():
         if corpus != "default":
             raise FrozenDataError(f"{out}: no {corpus} cache; run `python prepare.py --corpus {corpus}`")
         build_cache(corpus)
     try:
         manifest = json.loads(manifest_path.read_text())
         recorded = manifest["files"]
-    except (ValueError, KeyError) as err:
+    except (OSError, ValueError, KeyError) as err:
         raise FrozenDataError(f"{manifest_path}: unreadable manifest ({err}); delete {out} to rebuild")
     if manifest.get("format") != CACHE_FORMAT:
         raise FrozenDataError(f"{manifest_path}: cache format {manifest.get('format')}, "
                               f"expected {CACHE_FORMAT}; delete {out} to rebuild")
+    pinned = PINNED_CACHE_SHA256 if corpus == "default" else recorded
     for name in CACHE_FILES:
+        if name.split("/")[0] not in halves or name not in pinned:
+            continue
         path = out / name
         if not path.exists():
             raise FrozenDataError(f"{path}: missing from the data cache; delete {out} to rebuild")
         actual = sha256_file(path)
-        if actual != recorded.get(name):
-            raise FrozenDataError(f"{path}: SHA-256 {actual} does not match the manifest "
-                                  f"({recorded.get(name)}); the cached data was modified, "
+        if actual != pinned[name]:
+            raise FrozenDataError(f"{path}: SHA-256 {actual} does not match the pinned "
+                                  f"{pinned[name]}; the cached data was modified, "
                                   f"delete {out} to rebuild")
     return out
 
@@ -284,29 +307,55 @@ def verified_cache(corpus: str = CORPUS) -> Path:
 def load_tokenizer(corpus: str = CORPUS):
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_file(str(verified_cache(corpus) / "tokenizer.json"))
+    if corpus == "default":
+        return Tokenizer.from_file(str(DEFAULT_TOKENIZER))
+    return Tokenizer.from_file(str(verified_cache(corpus, ("train",)) / "train" / "tokenizer.json"))
 
 
-def load_split(split: str, corpus: str = CORPUS) -> torch.Tensor:
-    """All tokens of a split ("train" or "val") as a 1-D int64 tensor."""
-    if split not in ("train", "val"):
-        raise ValueError(f"split must be 'train' or 'val', not {split!r}")
-    data = np.fromfile(verified_cache(corpus) / f"{split}.bin", dtype=np.uint16)
-    return torch.from_numpy(data.astype(np.int64))
+def _tokens(path: Path) -> torch.Tensor:
+    return torch.from_numpy(np.fromfile(path, dtype=np.uint16).astype(np.int64))
 
 
 def load_token_bytes(corpus: str = CORPUS) -> torch.Tensor:
-    return torch.from_numpy(np.load(verified_cache(corpus) / "token_bytes.npy")).long()
+    return torch.from_numpy(np.load(verified_cache(corpus, ("train",)) / "train" / "token_bytes.npy")).long()
 
 
-def load_data(corpus: str = CORPUS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(train tokens, val tokens, token byte lengths), with the frozen files and the cache
-    checked once."""
+def load_train(corpus: str = CORPUS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(train tokens, dev tokens, token byte lengths) for training, with the frozen files and
+    the train half of the cache checked. The dev tokens are the train split's last
+    quick_eval_tokens + 1 tokens, cut off from the training tokens: the learning curve's
+    periodic estimate. Training never sees the validation split."""
     verify_frozen_files()
-    out = verified_cache(corpus)
-    train, val = (torch.from_numpy(np.fromfile(out / f"{s}.bin", dtype=np.uint16).astype(np.int64))
-                  for s in ("train", "val"))
-    return train, val, torch.from_numpy(np.load(out / "token_bytes.npy")).long()
+    out = verified_cache(corpus, ("train",))
+    tokens = _tokens(out / "train" / "train.bin")
+    cut = len(tokens) - spec().quick_eval_tokens - 1
+    return tokens[:cut], tokens[cut:], load_token_bytes(corpus)
+
+
+def load_val(corpus: str = CORPUS) -> tuple[torch.Tensor, torch.Tensor]:
+    """(validation tokens, token byte lengths): the evaluator's, never train.py's."""
+    verify_frozen_files()
+    out = verified_cache(corpus, ("val", "train"))
+    return _tokens(out / "val" / "val.bin"), load_token_bytes(corpus)
+
+
+def save_model(model, directory: str | None = None) -> Path:
+    """Export `model` (idx (EVAL_BATCH, seq_len) int64 -> logits) with torch.export into
+    $GITRESEARCH_ARTIFACTS (or `directory`) for evaluate.py. The graph is exported in eval
+    mode from the model's parameters on their device, in their dtype."""
+    directory = Path(directory or os.environ.get("GITRESEARCH_ARTIFACTS") or "artifacts")
+    directory.mkdir(parents=True, exist_ok=True)
+    device = next(model.parameters()).device
+    example = torch.zeros(EVAL_BATCH, spec().seq_len, dtype=torch.long, device=device)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        exported = torch.export.export(model, (example,))
+    if was_training:
+        model.train()
+    path = directory / MODEL_FILE
+    torch.export.save(exported, str(path))
+    return path
 
 
 # --------------------------------------------------------------------------------------------
@@ -330,7 +379,8 @@ def evaluate_bpb(model, val_tokens: torch.Tensor, token_bytes: torch.Tensor,
         raise ValueError(f"cannot evaluate {max_tokens} tokens in rows of {seq_len} "
                          f"from {len(val_tokens)} validation tokens")
     was_training = model.training
-    model.eval()
+    if was_training:  # (an exported graph has no train mode to leave)
+        model.eval()
     token_bytes = token_bytes.to(device)
     total_nats, total_bytes = 0.0, 0
     for start in range(0, rows, batch_size):
@@ -359,10 +409,10 @@ def main() -> None:
     parser.add_argument("--local-dir", help="use local .parquet/.txt shards instead of downloading")
     parser.add_argument("--force", action="store_true", help="rebuild even if the cache is valid")
     args = parser.parse_args()
-    if args.force or not (cache_dir(args.corpus) / "manifest.json").exists():
+    if args.force or not (cache_dir(args.corpus) / "train" / "manifest.json").exists():
         build_cache(args.corpus, args.local_dir, args.shards)
     out = verified_cache(args.corpus)
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = json.loads((out / "train" / "manifest.json").read_text())
     print(f"{args.corpus} cache ok at {out}: {manifest['train_tokens']:,} train tokens, "
           f"{manifest['val_tokens']:,} val tokens")
 

@@ -6,11 +6,14 @@ nanochat-style GPT pretraining under a fixed wall-clock budget. This is the file
 
 Two scales, chosen at start: on a CUDA GPU, GPT-2 small (12 layers, 768 wide) in bf16 with
 torch.compile; on a CPU, a small model that learns within a minute on 2 cores. Only training
-steps count against the budget: start-up, compilation, the periodic validation estimates and
-the final evaluation do not. Data, tokenizer and the metric come from the frozen prepare.py.
+steps count against the budget: start-up, compilation, the periodic estimates and saving the
+model do not. Data and tokenizer come from the frozen prepare.py; training never sees the
+validation split. At the end the model is saved with prepare.save_model(), and the frozen
+evaluate.py, run by the harness in a sandbox of its own, measures its val_bpb.
 
 Reports: progress lines and a final `---` summary block on stdout (autoresearch format), and
-JSON lines {"t", "step", "train_loss", "val_bpb"} to $GITRESEARCH_METRICS when it is set.
+JSON lines {"t", "step", "train_loss", "val_bpb"} to $GITRESEARCH_METRICS when it is set; their
+val_bpb is the learning curve's estimate on a held-out slice of the train split (dev tokens).
 """
 import json
 import math
@@ -206,12 +209,12 @@ def peak_memory_mb():
 
 
 def main(max_steps=None):
-    """Train until the budget is spent (or `max_steps`, for tests) and return the final val_bpb."""
+    """Train until the budget is spent (or `max_steps`, for tests), save the model and return it."""
     wall_start = time.time()
     torch.manual_seed(SEED)
     device = "cuda" if CUDA else "cpu"
     spec, budget = prepare.spec(), prepare.budget_seconds()
-    train_tokens, val_tokens, token_bytes = prepare.load_data()
+    train_tokens, dev_tokens, token_bytes = prepare.load_train()
     model = GPT(spec.vocab_size, spec.seq_len).to(device)
     model.init_weights()
     optimizers = build_optimizers(model)
@@ -231,7 +234,7 @@ def main(max_steps=None):
 
     def estimate_bpb(max_tokens=spec.quick_eval_tokens):
         with autocast:
-            return prepare.evaluate_bpb(model, val_tokens, token_bytes, spec.seq_len,
+            return prepare.evaluate_bpb(model, dev_tokens, token_bytes, spec.seq_len,
                                         max_tokens, batch_size=8, device=device)
 
     batch_gen = torch.Generator().manual_seed(SEED)
@@ -281,17 +284,18 @@ def main(max_steps=None):
             report(t=round(train_seconds, 3), step=step, train_loss=loss_value,
                    val_bpb=estimate_bpb())
 
-    val_bpb = estimate_bpb(spec.eval_tokens)
-    report(t=round(train_seconds, 3), step=step, train_loss=loss_value, val_bpb=val_bpb, final=True)
+    dev_bpb = estimate_bpb()
+    report(t=round(train_seconds, 3), step=step, train_loss=loss_value, val_bpb=dev_bpb)
+    prepare.save_model(model)
     print("---")
-    print(f"val_bpb:          {val_bpb:.6f}")
+    print(f"dev_bpb:          {dev_bpb:.6f}")
     print(f"training_seconds: {train_seconds:.1f}")
     print(f"total_seconds:    {time.time() - wall_start:.1f}")
     print(f"peak_vram_mb:     {peak_memory_mb():.1f}")
     print(f"num_steps:        {step}")
     print(f"num_params_M:     {num_params / 1e6:.2f}")
     print(f"depth:            {DEPTH}")
-    return val_bpb
+    return model
 
 
 if __name__ == "__main__":
