@@ -328,7 +328,7 @@ def load_train(corpus: str = CORPUS) -> tuple[torch.Tensor, torch.Tensor, torch.
     verify_frozen_files()
     out = verified_cache(corpus, ("train",))
     tokens = _tokens(out / "train" / "train.bin")
-    cut = len(tokens) - spec().quick_eval_tokens - 1
+    cut = len(tokens) - CORPORA[corpus].quick_eval_tokens - 1
     return tokens[:cut], tokens[cut:], load_token_bytes(corpus)
 
 

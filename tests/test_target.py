@@ -72,9 +72,21 @@ def test_data_cache_is_deterministic_and_split(prepare, nanochat_cache, tmp_path
     original = prepare.cache_dir().parent.parent / nanochat_cache.name / "default"
     for name in prepare.CACHE_FILES:
         assert prepare.sha256_file(rebuilt / name) == prepare.sha256_file(nanochat_cache / "default" / name)
-    train, val, _ = prepare.load_data()
+    for name, pinned in prepare.PINNED_CACHE_SHA256.items():  # every machine builds the same bytes
+        assert prepare.sha256_file(rebuilt / name) == pinned
+    train, dev, _ = prepare.load_train()
+    val, _ = prepare.load_val()
     assert len(val) > prepare.spec().eval_tokens and len(train) > 5 * len(val)
+    assert len(dev) == prepare.spec().quick_eval_tokens + 1
     assert original.exists()
+
+
+def test_training_half_of_the_cache_holds_no_validation_data(prepare, nanochat_cache):
+    train_half = nanochat_cache / "default" / "train"
+    val, _ = prepare.load_val()
+    assert not list(train_half.glob("val*"))
+    needle = val[1000:1064].numpy().astype("uint16").tobytes()  # 64 validation tokens in a row
+    assert needle not in (train_half / "train.bin").read_bytes()
 
 
 def test_pinned_files_are_the_shipped_ones(prepare):
@@ -101,12 +113,19 @@ def test_tampered_corpus_is_named(target_copy):
 def test_tampered_cache_is_named(prepare, nanochat_cache, tmp_path, monkeypatch):
     monkeypatch.setenv("NANOCHAT_CACHE_DIR", str(tmp_path))
     built = prepare.build_cache()
-    val = built / "val.bin"
+    val = built / "val" / "val.bin"
     data = bytearray(val.read_bytes())
     data[100] ^= 1
     val.write_bytes(bytes(data))
-    with pytest.raises(prepare.FrozenDataError, match=r"val\.bin: SHA-256 .* does not match the manifest"):
-        prepare.load_data()
+    prepare.load_train()  # the training half is intact
+    with pytest.raises(prepare.FrozenDataError, match=r"val\.bin: SHA-256 .* does not match the pinned"):
+        prepare.load_val()
+    manifest = built / "train" / "manifest.json"  # a rewritten manifest changes nothing: the pins are frozen
+    record = json.loads(manifest.read_text())
+    record["files"]["val/val.bin"] = prepare.sha256_file(val)
+    manifest.write_text(json.dumps(record))
+    with pytest.raises(prepare.FrozenDataError, match=r"val\.bin"):
+        prepare.load_val()
 
 
 def test_web_text_corpus_from_local_shards(prepare, tmp_path, monkeypatch):
@@ -126,9 +145,11 @@ def test_web_text_corpus_from_local_shards(prepare, tmp_path, monkeypatch):
     monkeypatch.setitem(prepare.CORPORA, "fineweb", small)
     monkeypatch.setenv("NANOCHAT_CACHE_DIR", str(tmp_path / "cache"))
     out = prepare.build_cache("fineweb", local_dir=str(shards))
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = json.loads((out / "train" / "manifest.json").read_text())
     assert manifest["corpus"] == "fineweb" and out.name == "fineweb"
-    train, val, token_bytes = prepare.load_data("fineweb")
+    train, dev, token_bytes = prepare.load_train("fineweb")
+    val, _ = prepare.load_val("fineweb")
+    assert len(dev) == small.quick_eval_tokens + 1
     assert int(token_bytes[val].sum()) == manifest["val_bytes"] == sum(len(d) for d in docs[250:])
     assert len(train) > len(val)
 
@@ -146,30 +167,119 @@ def shrink(train_py, **constants):
     train_py.write_text(source)
 
 
-def test_same_seed_and_steps_give_identical_val_bpb(target_copy, nanochat_cache, monkeypatch):
+def test_same_seed_and_steps_give_identical_models(target_copy, nanochat_cache, monkeypatch, tmp_path):
     shrink(target_copy / "train.py", DEPTH="2", WIDTH="64", BATCH_SIZE="4")
     monkeypatch.setenv("GITRESEARCH_BUDGET_S", "1000")
+    monkeypatch.setenv("GITRESEARCH_ARTIFACTS", str(tmp_path))
     monkeypatch.delenv("GITRESEARCH_METRICS", raising=False)
-    results = [load_target_modules(target_copy, ("prepare", "train"))["train"].main(max_steps=4)
-               for _ in range(2)]
-    assert results[0] == results[1]
-    assert math.isfinite(results[0])
+    models = [load_target_modules(target_copy, ("prepare", "train"))["train"].main(max_steps=4)
+              for _ in range(2)]
+    a, b = (m.state_dict() for m in models)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def evaluate(directory, artifacts, cache):
+    """Run the frozen evaluate.py on a saved model: (exit code, summary dict, output)."""
+    proc = subprocess.run([sys.executable, "evaluate.py"], cwd=directory, capture_output=True, text=True,
+                          env=dict(os.environ, GITRESEARCH_ARTIFACTS=str(artifacts),
+                                   NANOCHAT_CACHE_DIR=str(cache)), timeout=300)
+    out = proc.stdout + proc.stderr
+    summary = dict(line.split(":", 1) for line in out.split("---\n")[-1].splitlines() if ":" in line)
+    return proc.returncode, summary, out
+
+
+def test_evaluator_equals_the_in_process_figure(target_copy, nanochat_cache, monkeypatch, tmp_path):
+    """The same checkpoint: the sandboxable evaluator's val_bpb is the former in-process one."""
+    monkeypatch.setenv("GITRESEARCH_BUDGET_S", "1000")
+    monkeypatch.setenv("GITRESEARCH_ARTIFACTS", str(tmp_path))
+    monkeypatch.delenv("GITRESEARCH_METRICS", raising=False)
+    modules = load_target_modules(target_copy, ("prepare", "train"))
+    model = modules["train"].main(max_steps=3)
+    val, token_bytes = modules["prepare"].load_val()
+    in_process = modules["prepare"].evaluate_bpb(model, val, token_bytes)
+    code, summary, out = evaluate(target_copy, tmp_path, nanochat_cache)
+    assert code == 0, out
+    assert abs(float(summary["val_bpb"]) - in_process) <= 1e-6
+    assert int(summary["eval_tokens"]) == modules["prepare"].spec().eval_tokens
 
 
 def test_short_cpu_run_improves_val_bpb(target_copy, nanochat_cache, tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     proc = run_train(target_copy, {"GITRESEARCH_BUDGET_S": "8", "GITRESEARCH_METRICS": str(metrics),
-                                   "NANOCHAT_CACHE_DIR": str(nanochat_cache)})
+                                   "NANOCHAT_CACHE_DIR": str(nanochat_cache),
+                                   "GITRESEARCH_ARTIFACTS": str(tmp_path / "out")})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     points = [json.loads(line) for line in metrics.read_text().splitlines()]
-    assert points[0]["step"] == 0 and points[0]["t"] == 0
-    assert points[-1]["final"] and points[-1]["t"] >= 8
+    assert points[0]["step"] == 0 and points[0]["t"] == 0 and points[-1]["t"] >= 8
     assert all(b["t"] >= a["t"] for a, b in zip(points, points[1:]))
     summary = dict(line.split(":", 1) for line in proc.stdout.split("---\n")[1].splitlines())
-    assert float(summary["val_bpb"]) == pytest.approx(points[-1]["val_bpb"], abs=1e-6)
-    assert float(summary["val_bpb"]) < 0.98 * points[0]["val_bpb"]  # loose: CI machines are loaded
+    assert "val_bpb" not in summary  # training reports no result of its own
+    assert float(summary["dev_bpb"]) == pytest.approx(points[-1]["val_bpb"], abs=1e-6)
     assert float(summary["peak_vram_mb"]) > 10
     assert "step 0" in proc.stdout and "| loss: " in proc.stdout
+    code, result, out = evaluate(target_copy, tmp_path / "out", nanochat_cache)
+    assert code == 0, out
+    assert float(result["val_bpb"]) < 0.98 * points[0]["val_bpb"]  # loose: CI machines are loaded
+
+
+def export_model(prepare, model, directory):
+    directory.mkdir()
+    return prepare.save_model(model, str(directory))
+
+
+class Bidirectional(torch.nn.Module):
+    """Sees the next token: a bigram table over (current, next)."""
+
+    def __init__(self, vocab):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, vocab)
+
+    def forward(self, idx):
+        nxt = torch.cat([idx[:, 1:], idx[:, -1:]], dim=1)
+        return self.emb(idx) + 5 * torch.nn.functional.one_hot(nxt, self.emb.num_embeddings).float()
+
+
+class RowMixer(torch.nn.Module):
+    """Causal within a row, but each row sees the next row's first token (the last target)."""
+
+    def __init__(self, vocab):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, vocab)
+
+    def forward(self, idx):
+        out = self.emb(idx)
+        return out + self.emb(torch.roll(idx[:, :1], -1, dims=0))
+
+
+class Memory(torch.nn.Module):
+    """Keeps the last batch in a buffer: state from one batch to the next."""
+
+    def __init__(self, vocab):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, vocab)
+        self.register_buffer("seen", torch.zeros(8, 256, dtype=torch.long))
+
+    def forward(self, idx):
+        self.seen.copy_(idx)
+        return self.emb(idx)
+
+
+@pytest.mark.parametrize("cheat, reason", [(Bidirectional, "look-ahead"), (RowMixer, "look-ahead"),
+                                           (Memory, "mutates its buffers")])
+def test_evaluator_refuses_cheating_models(prepare, nanochat_cache, target_copy, tmp_path, cheat, reason):
+    export_model(prepare, cheat(prepare.spec().vocab_size), tmp_path / "a")
+    code, _, out = evaluate(target_copy, tmp_path / "a", nanochat_cache)
+    assert code == 2 and f"refused: " in out and reason in out, out
+    assert "val_bpb" not in out
+
+
+def test_evaluator_refuses_a_missing_or_forged_artifact(nanochat_cache, target_copy, tmp_path):
+    code, _, out = evaluate(target_copy, tmp_path / "none", nanochat_cache)
+    assert code == 2 and "no model artifact" in out
+    (tmp_path / "forged").mkdir()
+    (tmp_path / "forged" / "model.pt2").write_bytes(b"PK\x03\x04 not an archive")
+    code, _, out = evaluate(target_copy, tmp_path / "forged", nanochat_cache)
+    assert code == 2 and "does not load as an exported program" in out
 
 
 @pytest.mark.parametrize("constant, value", [("LOGIT_SOFTCAP", "float('nan')"),
