@@ -36,6 +36,7 @@ class RunConfig:
 class FilesConfig:
     editable: tuple[str, ...] = ("train.py",)  # the only files a policy may change
     frozen: tuple[str, ...] = ()  # hash-checked before and after every run
+    hidden: tuple[str, ...] = ()  # left out of training's checkout (e.g. the raw data the validation split comes from)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ def run_commit(store: Store, config: Config, commit: str, run_dir: Path,
     """Check `commit` out into a fresh folder, train it there, then (where the config names an
     evaluator) evaluate its artifact over a fresh checkout of the frozen files alone."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    with checkout(store, commit) as work:
+    with checkout(store, commit, exclude=config.files.hidden) as work:
         result = run_training(work, config, run_dir / "log.txt", run_dir / "metrics.jsonl",
                               on_progress=on_progress, stop_event=stop_event, should_stop=should_stop,
                               env_extra=env_extra)

@@ -27,8 +27,22 @@ def diff_sha(diff: str) -> str:
     return hashlib.sha256("\n".join(body).encode()).hexdigest()[:16]
 
 
+def check_text(diff: str) -> None:
+    """A diff is text: no NUL bytes, no binary patch, valid UTF-8 (a reply decoded from JSON
+    can still hold lone surrogates)."""
+    if "\0" in diff:
+        raise InvalidProposal("the diff contains NUL bytes; send a text diff")
+    if "GIT binary patch" in diff or "\nBinary files " in f"\n{diff}":
+        raise InvalidProposal("the diff is a binary patch; only text edits of the editable files are accepted")
+    try:
+        diff.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InvalidProposal(f"the diff is not valid UTF-8 ({err.reason} at character {err.start})") from None
+
+
 def validate(store: Store, config: Config, base: str, diff: str) -> str:
     """The tree of `base` with `diff` applied, or InvalidProposal with the exact reason."""
+    check_text(diff)
     limit = config.policy.max_diff_bytes
     if len(diff.encode()) > limit:
         raise InvalidProposal(f"the diff is {len(diff.encode())} bytes, over the limit of {limit}")
@@ -47,9 +61,15 @@ def validate(store: Store, config: Config, base: str, diff: str) -> str:
         if mode not in REGULAR_FILE_MODES:
             raise InvalidProposal(f"the diff makes {path} something other than a regular file "
                                   f"(mode {mode:o})")
+        try:
+            text = store.tree_file(tree, path)
+        except UnicodeDecodeError as err:
+            raise InvalidProposal(f"the diff leaves {path} non-UTF-8 (byte {err.start})") from None
+        if "\0" in text:
+            raise InvalidProposal(f"the diff leaves NUL bytes in {path}")
         if path.endswith(".py"):
             try:
-                ast.parse(store.tree_file(tree, path), filename=path)
+                ast.parse(text, filename=path)
             except SyntaxError as err:
                 raise InvalidProposal(f"{path} does not parse after the diff: line {err.lineno}: "
                                       f"{err.msg}") from err
@@ -84,6 +104,7 @@ def propose_valid(store: Store, config: Config, policy, state: State, tried: dic
         try:
             proposal = policy.propose(state)
             reply = proposal.reply
+            check_text(proposal.diff)
             earlier = tried.get(diff_sha(proposal.diff))
             if earlier is not None:
                 raise InvalidProposal(f"this exact change was already tried as experiment #{earlier}; "
