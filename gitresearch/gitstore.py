@@ -29,7 +29,8 @@ MAX_RESERVE_TRIES = 100  # experiment numbers tried before a refusing remote is 
 AUTHOR = ("gitresearch", "gitresearch@localhost")
 GIT_ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "XDG_CONFIG_HOME",
                  "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL",
-                 "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_ASKPASS", "SSH_ASKPASS")
+                 "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_ASKPASS", "SSH_ASKPASS",
+                 "GIT_CONFIG_COUNT", "GITRESEARCH_PUSH_TOKEN")  # the last two: research.yml's push credentials
 GIT_SAFE_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 
 
@@ -49,7 +50,7 @@ def git_env(extra: dict | None = None) -> dict:
     """The environment of every git call: an allow-list (no API keys, no GIT_* that redirects
     the repo or runs a program), C locale, no prompts."""
     env = {k: v for k, v in os.environ.items()
-           if k in GIT_ENV_ALLOW or k.startswith(("SSH_", "GIT_SSH"))}
+           if k in GIT_ENV_ALLOW or k.startswith(("SSH_", "GIT_SSH", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
     env.update(LC_ALL="C", GIT_TERMINAL_PROMPT="0", **(extra or {}))
     return env
 
@@ -141,6 +142,16 @@ class Store:
             current = self.best()
             if current != old:
                 raise StaleRefError(f"best moved to {current} since {old} was read") from None
+            raise
+
+    def set_best(self, old: str | None, new: str, message: str) -> None:
+        """Point best at `new` if it is still at `old` (compare-and-swap, any commit);
+        StaleRefError if best moved meanwhile."""
+        try:
+            git("update-ref", "-m", message, BEST_REF, new, old or "", cwd=self.root)
+        except GitError:
+            if self.best() != old:
+                raise StaleRefError(f"best moved to {self.best()} since {old} was read") from None
             raise
 
     def best_chain(self) -> list[str]:

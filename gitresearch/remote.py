@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 
-from .gitstore import BEST_REF, EXPERIMENTS_PREFIX, NOTES_REF, GitError, Store, git
+from .gitstore import BEST_REF, EXPERIMENTS_PREFIX, NOTES_REF, GitError, StaleRefError, Store, git
 
 IDENTITY = {"GIT_AUTHOR_NAME": "gitresearch", "GIT_AUTHOR_EMAIL": "gitresearch@localhost",
             "GIT_COMMITTER_NAME": "gitresearch", "GIT_COMMITTER_EMAIL": "gitresearch@localhost"}
@@ -102,15 +102,25 @@ class Remote:
                     cwd=self.store.root, env_extra=IDENTITY)
 
     def sync(self) -> None:
-        """Fetch, merge the notes, and make the remote's best the local best."""
-        self.fetch()
-        self.merge_notes()
-        remote_best = self.store.ref_target(self.best_mirror)
-        local_best = self.store.best()
-        if remote_best is None and local_best is not None:
-            self.push_best(None, local_best)
-        elif remote_best is not None and remote_best != local_best:
-            self.store.force_ref(BEST_REF, remote_best)
+        """Fetch, merge the notes, and make the remote's best the local best: by compare-and-
+        swap, so that a local worker's move made meanwhile is never overwritten (it is
+        fetched back from the remote on the next try instead)."""
+        for _ in range(PUSH_RETRIES):
+            self.fetch()
+            self.merge_notes()
+            remote_best = self.store.ref_target(self.best_mirror)
+            local_best = self.store.best()
+            if remote_best is None and local_best is not None:
+                self.push_best(None, local_best)
+                return
+            if remote_best is None or remote_best == local_best:
+                return
+            try:
+                self.store.set_best(local_best, remote_best, f"gitresearch: adopt {self.name}'s best")
+                return
+            except StaleRefError:
+                continue
+        raise RemoteError(f"best kept moving while adopting {self.name}'s best ({PUSH_RETRIES} tries)")
 
     def reserve(self, number: int, commit: str) -> bool:
         ref = f"{EXPERIMENTS_PREFIX}{number:06d}"

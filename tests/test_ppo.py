@@ -98,3 +98,22 @@ def test_save_and_load_give_identical_outputs(model, tmp_path):
     assert ep1.values == ep2.values and ep1.values != [0.0] * len(ep1.values)  # the value head too
     state1, state2 = ppo.optimizer.state_dict()["state"], again.optimizer.state_dict()["state"]
     assert all(torch.equal(state1[k]["exp_avg"], state2[k]["exp_avg"]) for k in state1)
+
+
+class Payload:
+    """Unpickling this would run code: torch.load must refuse it (weights_only=True)."""
+
+    def __reduce__(self):
+        return (exec, ("import pathlib; pathlib.Path(__import__('os').environ['PWNED']).write_text('ran')",))
+
+
+def test_saved_state_is_loaded_without_unpickling_code(model, tmp_path, monkeypatch):
+    ppo = learner(model, state_dir=tmp_path / "rl")
+    _, episode = ppo.generate(MESSAGES, seed=5)
+    ppo.add(episode, 1.0)
+    ppo.update()  # saves
+    monkeypatch.setenv("PWNED", str(tmp_path / "pwned"))
+    torch.save({"weight": Payload()}, tmp_path / "rl" / "value_head.pt")
+    with pytest.raises(Exception, match="Weights only load failed"):
+        learner(model, state_dir=tmp_path / "rl")
+    assert not (tmp_path / "pwned").exists()

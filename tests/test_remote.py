@@ -2,7 +2,7 @@
 lease push, notes merged without loss, against a real bare remote."""
 import pytest
 
-from gitresearch.gitstore import Store
+from gitresearch.gitstore import StaleRefError, Store
 from gitresearch.remote import Remote, RemoteError
 from helpers import cli, make_repo, sh, share_through_bare_remote
 
@@ -91,3 +91,28 @@ def test_a_keep_that_never_reached_the_remote_is_rebased_not_lost(tmp_path):
     assert "rebased onto best" in note["reason"], out.stdout + out.stderr
     rebased = [e for e in Store(a.root).experiments() if e.description.startswith(f"rebase of #{number_a}")]
     assert rebased and rebased[0].record is not None and rebased[0].parent == commit_b
+
+
+def test_adopting_the_remote_best_is_a_compare_and_swap(tmp_path, monkeypatch):
+    """A local move of best made between sync's read and its write (another worker) is never
+    overwritten blindly: the swap fails, sync reads again and retries."""
+    bare, (a, b), (remote_a, remote_b) = machines(tmp_path)
+    base = a.best()
+    _, commit_a = experiment(a, remote_a, "DEPTH = 6")
+    _, commit_b = experiment(b, remote_b, "DEPTH = 5")
+    assert remote_a.push_best(base, commit_a)
+    real_set_best, seen = b.set_best, []
+
+    def racing_set_best(old, new, message):
+        if not seen:  # a local worker moves best just before our write
+            sh("git", "update-ref", "refs/heads/best", commit_b, cwd=b.root)
+        seen.append((old, b.best()))
+        return real_set_best(old, new, message)
+
+    monkeypatch.setattr(b, "set_best", racing_set_best)
+    remote_b.sync()
+    assert seen == [(base, commit_b), (commit_b, commit_b)]  # the first swap saw the move and failed
+    assert b.best() == commit_a
+    with pytest.raises(StaleRefError):
+        b.set_best(base, commit_b, "stale")
+    assert b.best() == commit_a

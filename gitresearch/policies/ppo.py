@@ -261,8 +261,8 @@ class PPOLearner:
         directory = Path(directory or self.state_dir)
         set_peft_model_state_dict(self.model, load_file(directory / "adapter" / "adapter_model.safetensors",
                                                         device=str(self.device)))
-        self.value_head.load_state_dict(torch.load(directory / "value_head.pt", map_location=self.device))
-        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", map_location=self.device))
+        self.value_head.load_state_dict(torch.load(directory / "value_head.pt", map_location=self.device, weights_only=True))
+        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", map_location=self.device, weights_only=True))
         self.episodes = [Episode(**json.loads(line)) for line in
                          (directory / "episodes.jsonl").read_text().splitlines() if line.strip()]
         counters = json.loads((directory / "counters.json").read_text())
