@@ -13,8 +13,9 @@ Output: one JSON object per run and line, the curve-corpus format that
 `gitresearch bench early-stop --curves FILE` replays:
 {"id": str, "budget_s": float, "points": [[t_seconds, val_bpb], ...], "final": float | null,
  "status": "ok" | "diverged" | "crash", "config": {constant: value}}
-`final` is the run's final val_bpb (the full evaluation at the end of the budget); the
-points before it are the cheap periodic estimates.
+`final` is the run's val_bpb as the frozen evaluate.py measures it on the saved model; the
+points are train.py's cheap periodic estimates (on held-out train tokens since the
+evaluator took over; on the first validation tokens in corpora recorded before).
 """
 import argparse
 import json
@@ -27,6 +28,8 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from target_eval import evaluated_val_bpb
 
 from gitresearch.pysource import set_constant
 
@@ -68,11 +71,13 @@ def run_config(index: int, config: dict, budget: float, threads: int, cache: str
         train.write_text(source)
         metrics = Path(tmp) / "metrics.jsonl"
         env = dict(os.environ, GITRESEARCH_BUDGET_S=str(budget), GITRESEARCH_METRICS=str(metrics),
-                   NANOCHAT_CACHE_DIR=cache, OMP_NUM_THREADS=str(threads))
+                   NANOCHAT_CACHE_DIR=cache, OMP_NUM_THREADS=str(threads),
+                   GITRESEARCH_ARTIFACTS=str(Path(tmp) / "artifacts"))
         proc = subprocess.run([sys.executable, "train.py"], cwd=work, env=env, capture_output=True,
                               text=True, timeout=budget * 4 + 120)
         points = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
-    final = next((p["val_bpb"] for p in points if p.get("final")), None)
+        # the final value is the evaluator's (older corpora: the point marked "final")
+        final = evaluated_val_bpb(work, env) if proc.returncode == 0 else None
     status = "ok" if proc.returncode == 0 and final is not None else (
         "diverged" if "diverged" in proc.stdout else "crash")
     curve = [[p["t"], p["val_bpb"]] for p in points if not p.get("final") and "val_bpb" in p]

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from target_eval import evaluated_val_bpb
+
 from gitresearch.pysource import set_constant
 
 TARGET = Path(__file__).resolve().parents[1] / "target_repo"
@@ -49,7 +51,7 @@ def run_once(variant: str, repeat: int, budget: float, cache: str) -> dict:
             train.write_text(set_constant(train.read_text(), name, template))
         metrics = Path(tmp) / "metrics.jsonl"
         env = dict(os.environ, GITRESEARCH_BUDGET_S=str(budget), GITRESEARCH_METRICS=str(metrics),
-                   NANOCHAT_CACHE_DIR=cache)
+                   NANOCHAT_CACHE_DIR=cache, GITRESEARCH_ARTIFACTS=str(Path(tmp) / "artifacts"))
         start = time.perf_counter()
         proc = subprocess.run([sys.executable, "train.py"], cwd=work, env=env,
                               capture_output=True, text=True)
@@ -59,8 +61,10 @@ def run_once(variant: str, repeat: int, budget: float, cache: str) -> dict:
                                f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
         summary = dict(re.findall(r"^(\w+):\s+([-\d.]+)$", proc.stdout, flags=re.M))
         points = [json.loads(line) for line in metrics.read_text().splitlines()]
+        val_bpb = evaluated_val_bpb(work, env)
+    if val_bpb is None:
+        raise RuntimeError(f"{variant} run {repeat}: the evaluator gave no val_bpb")
     step0 = next(p["val_bpb"] for p in points if p["step"] == 0)
-    val_bpb = float(summary["val_bpb"])
     return {"kind": "run", "variant": variant, "repeat": repeat, "val_bpb": val_bpb,
             "val_bpb_step0": step0, "ratio_to_step0": val_bpb / step0,
             "steps": int(summary["num_steps"]), "training_seconds": float(summary["training_seconds"]),

@@ -61,7 +61,7 @@ def run_commit(store: Store, config: Config, commit: str, run_dir: Path,
             with checkout(store, commit, exclude=config.files.editable) as frozen:
                 result = run_evaluation(result, frozen, config, run_dir / "evaluate.log", env_extra)
     finally:
-        shutil.rmtree(run_dir / "out", ignore_errors=True)  # artifacts: only the verdict is kept
+        shutil.rmtree(run_dir / "out", ignore_errors=True)  # the artifacts: only the verdict is kept
     return result
 
 

@@ -64,9 +64,10 @@ def summarise(store: Store, config: Config | None = None) -> dict:
     saved = sum(max(0.0, n["budget_s"] - (n.get("training_seconds") or 0)) for n in runs
                 if n.get("status") == "early_stop" and n.get("budget_s"))
     base_bpb, best_bpb = (baseline or {}).get("val_bpb"), best.get("val_bpb")
-    measured = [n for n in notes if n.get("status") not in ("invalid", None)]
-    sources = collections.Counter(n.get("metric_source", "self-reported") for n in measured)
-    sandboxes = collections.Counter(n.get("sandbox", "none") for n in measured)
+    ran = [n for n in notes if n.get("status") not in ("invalid", None)]
+    sources = collections.Counter(n.get("metric_source", "self-reported") for n in ran
+                                  if n.get("val_bpb") is not None)
+    sandboxes = collections.Counter(n.get("sandbox", "none") for n in ran)
     evaluator = " ".join(config.metric.evaluate) if config and config.metric.evaluate else None
     return {
         "sandbox_host": sandbox.probe().describe(),

@@ -65,6 +65,7 @@ class RunResult:
     metric_source: str = "self-reported"  # evaluator | self-reported
     self_reported: float | None = None  # train.py's own final number, when it printed one
     evaluation: dict = field(default_factory=dict)  # the evaluator's seconds, log and summary
+    artifacts: str = ""  # the folder train.py saved its artifacts in ($GITRESEARCH_ARTIFACTS)
 
     @property
     def training_seconds(self) -> float | None:
@@ -310,7 +311,7 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
     workdir, log_path, metrics_path = Path(workdir), Path(log_path), Path(metrics_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     metrics_path.unlink(missing_ok=True)
-    out = metrics_path.with_name("out")
+    out = metrics_path.with_name("out")  # sandbox-writable: metrics and artifacts
     shutil.rmtree(out, ignore_errors=True)
     (out / "artifacts").mkdir(parents=True)
     live_metrics = out / "metrics.jsonl"
@@ -418,7 +419,8 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
     return RunResult(verdict, reason, metric if verdict == "ok" else None, summary, points,
                      exit_code, round(seconds, 3), round(peak_rss / 2 ** 20, 1), str(log_path),
                      "\n".join(tail.splitlines()[-12:])[-1500:], isolated, sandbox=mode,
-                     self_reported=self_reported if M.is_finite(self_reported) else None)
+                     self_reported=self_reported if M.is_finite(self_reported) else None,
+                     artifacts=str(out / "artifacts"))
 
 
 def run_evaluation(result: RunResult, eval_dir: Path, config: Config, log_path: Path,
@@ -427,15 +429,15 @@ def run_evaluation(result: RunResult, eval_dir: Path, config: Config, log_path: 
     `eval_dir` (a fresh checkout of the frozen files), in a sandbox where it may write
     nothing but a private /tmp and read the artifacts train.py saved and the evaluation data.
     Its number becomes the result; train.py's own number must agree within the tolerance."""
-    artifacts = Path(result.log_path).parent / "out" / "artifacts"
     if not config.metric.evaluate or result.status != "ok":
         return result
+    artifacts = result.artifacts
     metric_name = config.metric.name
     command, _, _ = sandboxed(config.metric.evaluate, config, eval_dir, (),
-                              (str(eval_dir), str(artifacts), *config.sandbox.evaluate_read_only))
+                              (str(eval_dir), artifacts, *config.sandbox.evaluate_read_only))
     env = clean_env(config.run.env_allow, (config.llm.api_key_env,))
     env.update(env_extra or {})
-    env.update(GITRESEARCH_ARTIFACTS=str(artifacts), PYTHONUNBUFFERED="1",
+    env.update(GITRESEARCH_ARTIFACTS=artifacts, PYTHONUNBUFFERED="1",
                PYTHONDONTWRITEBYTECODE="1", TMPDIR="/tmp")
     start = time.monotonic()
     proc = subprocess.Popen(command, cwd=eval_dir, env=env, stdin=subprocess.DEVNULL,

@@ -115,13 +115,11 @@ def expand(path: str) -> str:
 
 
 def wrap(command: list[str], workdir: Path, writable: tuple, read_only: tuple,
-         binary: str | None = None, chdir: bool = True, network: bool = False) -> list[str]:
+         binary: str | None = None, chdir: bool = True) -> list[str]:
     """`command` under bwrap: `writable` and `read_only` host paths appear at the same paths."""
     binary = binary or probe().bwrap
     args = [binary, "--unshare-all", "--die-with-parent", "--cap-drop", "ALL",
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    if network:
-        args.append("--share-net")
+            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]

@@ -115,8 +115,7 @@ def test_hostile_edits_through_the_loop(tmp_path, nanochat_cache):
     edits = hostile_edits(repo, home, nanochat_cache, host_tmp, server_socket.getsockname()[1])
     # the policy tries once per experiment: each hostile edit is one experiment
     script = [reply(f"Description: {name}\n```diff\n{diff}```\n") for name, diff, _ in edits]
-    env = {"HOME": str(home), "OPENAI_API_KEY": SECRET, "NANOCHAT_CACHE_DIR": str(nanochat_cache),
-           "GITRESEARCH_TEST_TMP": str(host_tmp)}
+    env = {"HOME": str(home), "OPENAI_API_KEY": SECRET, "NANOCHAT_CACHE_DIR": str(nanochat_cache)}
     cli("loop", "--budget", "3", "--max-experiments", "0", "--no-early-stop", cwd=repo, env=env)  # the baseline
 
     store = Store(repo)
@@ -130,7 +129,7 @@ def test_hostile_edits_through_the_loop(tmp_path, nanochat_cache):
     with ChatServer(script) as server:
         out = cli("loop", "--policy", "llm", "--budget", "3", "--max-experiments", str(len(edits)),
                   "--no-early-stop", "--base-url", server.url, cwd=repo, env=env,
-                  timeout=1200).stdout + server.url
+                  timeout=1200).stdout
     assert f"stopped: reached {len(edits)} experiments" in out, out
     with pytest.raises(socket.timeout):
         server_socket.accept()  # nothing reached the host's loopback

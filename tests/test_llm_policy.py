@@ -263,3 +263,23 @@ def test_prompt_fits_the_context_by_dropping_old_history(tmp_path):
     assert f"[{tight.history_dropped} older experiments not shown" in user
     with pytest.raises(PolicyError, match="over the"):
         build_prompt(state, count_chars, 1500, 1000)
+
+
+def test_binary_nul_and_non_utf8_diffs_are_invalid_and_the_loop_goes_on(tmp_path):
+    repo = llm_repo(tmp_path, LLM_CONFIG.replace("max_tries = 2", "max_tries = 1"))
+    fenced = lambda text, body: f"Description: {text}\n```diff\n{body}```\n"
+    binary = ("diff --git a/train.py b/train.py\nindex 1111111..2222222 100644\nGIT binary patch\n"
+              "literal 4\nLcmZ?l00001\n\nliteral 0\nHcmV?d00001\n")
+    script = [reply(fenced("nul", edit(FAKE, "DEPTH = 4", "DEPTH = 4\x00")[1])),
+              reply(fenced("surrogate", edit(FAKE, "DEPTH = 4", "DEPTH = 4  # \udc80")[1])),
+              reply(fenced("binary", binary)),
+              reply(fenced("deeper", edit(FAKE, "DEPTH = 4", "DEPTH = 6")[1]))]
+    with ChatServer(script) as server:
+        out = cli("loop", "--max-experiments", "4", "--no-early-stop", "--base-url", server.url,
+                  cwd=repo).stdout
+    assert "stopped: reached 4 experiments" in out
+    rec = notes(repo)
+    assert [rec[n]["status"] for n in range(1, 5)] == ["invalid", "invalid", "invalid", "keep"]
+    assert "NUL bytes" in rec[1]["reason"]
+    assert "not valid UTF-8" in rec[2]["reason"]
+    assert "binary patch" in rec[3]["reason"]

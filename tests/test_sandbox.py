@@ -1,10 +1,12 @@
 """The sandbox piece by piece: what a training process can see and write, path expansion,
 refusing without a sandbox, the opt-out recorded in every note and shown by status."""
 import json
-import os
-from dataclasses import replace
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from gitresearch import sandbox
@@ -31,6 +33,9 @@ attempt("write_tmp", lambda: open("/tmp/t.txt", "w").write("ok"))
 attempt("write_here", lambda: open("here.txt", "w").write("ok"))
 attempt("write_repo", lambda: open(os.environ["REPO"] + "/planted.txt", "w").write("x"))
 attempt("etc_shadow", lambda: open("/etc/shadow").read())
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+report["no_new_privs"] = status["NoNewPrivs"].strip()
+report["cap_eff"] = status["CapEff"].strip()
 print(json.dumps(report))
 print("---")
 print("val_bpb: 1.0")
@@ -61,6 +66,7 @@ def test_what_a_sandboxed_run_can_touch(tmp_path, monkeypatch):
     assert report["read_secret"].startswith("error") and report["list_home"].startswith("error")
     assert report["write_tmp"] == 2 and report["write_here"] == 2
     assert report["write_repo"].startswith("error") and report["etc_shadow"].startswith("error")
+    assert report["no_new_privs"] == "1" and int(report["cap_eff"], 16) == 0
     assert (work / "here.txt").exists() and not (repo / "planted.txt").exists()
     assert (data / "data.txt").read_text() == "train data\n"
     assert not Path("/tmp/t.txt").exists() or Path("/tmp/t.txt").read_text() != "ok"
@@ -107,3 +113,36 @@ def test_a_planted_symlink_is_not_followed(tmp_path):
     result = run_training(work, config, tmp_path / "log.txt", tmp_path / "metrics.jsonl")
     assert result.status == "ok" and result.points == [] and result.metric == 2.0
     assert "SECRET" not in (tmp_path / "metrics.jsonl").read_text()
+
+
+@needs_sandbox
+def test_training_dies_with_the_harness(tmp_path):
+    """kill -9 of the harness: the sandboxed training goes with it at once (--die-with-parent),
+    not only when the next loop cleans up."""
+    repo = make_repo(tmp_path / "repo", fake="hang.py")
+    cli("init", cwd=repo)
+    harness = subprocess.Popen([sys.executable, "-m", "gitresearch", "run", "--budget", "60"], cwd=repo,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not tagged(repo):
+        time.sleep(0.1)
+    assert tagged(repo), "the training never started"
+    harness.kill()
+    harness.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and tagged(repo):
+        time.sleep(0.1)
+    assert not tagged(repo)
+
+
+def tagged(repo: Path) -> list:
+    """Live training processes of runs under `repo`."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if "GITRESEARCH_RUN_ID" in p.environ() and p.status() != psutil.STATUS_ZOMBIE \
+                    and p.cwd().startswith(str(repo)):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
