@@ -23,7 +23,7 @@ from .gitstore import Store
 from .history import build_state
 from .policies import PolicyError, make_policy
 from .policies.reward import novelty, reward
-from .proposal import diff_sha, propose_valid
+from .proposal import clean_text, diff_sha, propose_valid
 from .remote import Remote
 from .runner import RunResult, SetupError, kill_orphans, run_evaluation, run_setup, run_training
 from .sandbox import SandboxError, mode as sandbox_mode
@@ -333,7 +333,7 @@ class Loop:
         base = state.best_commit
         outcome = propose_valid(self.store, self.config, policy, state, tried)
         proposal = outcome.proposal
-        description = proposal.description if proposal else f"{policy.name}: no proposal"
+        description = clean_text(proposal.description) if proposal else f"{policy.name}: no proposal"
         data = {"policy": policy.name, "policy_data": outcome.data,
                 "attempts": outcome.attempts}
         if outcome.tree is None:

@@ -27,6 +27,12 @@ def diff_sha(diff: str) -> str:
     return hashlib.sha256("\n".join(body).encode()).hexdigest()[:16]
 
 
+def clean_text(text: str) -> str:
+    """`text` made storable and sendable: characters UTF-8 cannot encode (lone surrogates from
+    a JSON reply) become backslash escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def check_text(diff: str) -> None:
     """A diff is text: no NUL bytes, no binary patch, valid UTF-8 (a reply decoded from JSON
     can still hold lone surrogates)."""
@@ -120,7 +126,7 @@ def propose_valid(store: Store, config: Config, policy, state: State, tried: dic
             outcome.data = err.data
         except InvalidProposal as err:
             error = str(err)
-        diff = proposal.diff if proposal else ""
+        diff, reply = clean_text(proposal.diff if proposal else ""), clean_text(reply)
         outcome.proposal = proposal or outcome.proposal
         outcome.attempts.append({"error": error, "reply": reply[:REPLY_CHARS_KEPT],
                                  "diff": diff[:config.policy.max_diff_bytes]})

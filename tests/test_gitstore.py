@@ -4,6 +4,7 @@ import sys
 
 import pytest
 
+from gitresearch import gitstore
 from gitresearch.gitstore import (GitError, InvalidDiff, StaleRefError, Store, note_text,
                                   parse_note)
 from helpers import make_repo, sh
@@ -134,3 +135,23 @@ def test_history_reads_from_git_alone(store):
     chain = best_chain(store)
     assert [r["status"] for r in chain] == ["baseline", "keep"]
     assert chain[1]["delta"] == pytest.approx(-0.2) and chain[1]["description"] == "depth 6"
+
+
+def test_git_calls_run_no_hook_and_pass_no_secret(store, monkeypatch):
+    """A hook planted in the repo (by anything) never runs from the harness's git calls, and
+    the environment git sees is an allow-list."""
+    marker = store.root / "hook-ran"
+    hooks = store.root / ".git" / "hooks"
+    for name in ("reference-transaction", "post-checkout", "pre-push", "post-rewrite"):
+        (hooks / name).write_text(f"#!/bin/sh\necho \"$OPENAI_API_KEY\" >> {marker}\n")
+        (hooks / name).chmod(0o755)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-hook-test")
+    sh("git", "update-ref", "refs/heads/probe", "HEAD", cwd=store.root)  # plain git runs it
+    assert "sk-hook-test" in marker.read_text()
+    marker.unlink()
+    base = store.best() or store.resolve("HEAD")
+    gitstore.git("update-ref", "refs/heads/probe2", base, cwd=store.root)
+    number, commit = store.create_experiment(base, store.tree_of(base), "probe", "test")
+    store.checkout(commit, store.root / "copy")
+    assert not marker.exists()
+    assert "OPENAI_API_KEY" not in gitstore.git_env() and "PATH" in gitstore.git_env()
