@@ -134,13 +134,13 @@ def wrap(command: list[str], workdir: Path, writable: tuple, read_only: tuple,
         for path in gpu_paths():
             args += ["--dev-bind", path, path]
         args += ["--ro-bind", "/sys", "/sys"]
-    for path in read_only:
+    for path in map(os.path.abspath, read_only):  # (a relative destination would be the root)
         if os.path.exists(path):
-            args += ["--ro-bind", str(path), str(path)]
-    for path in writable:
-        args += ["--bind", str(path), str(path)]
+            args += ["--ro-bind", path, path]
+    for path in map(os.path.abspath, writable):
+        args += ["--bind", path, path]
     if chdir:
-        args += ["--chdir", str(workdir)]
+        args += ["--chdir", os.path.abspath(workdir)]
     return [*args, "--", *command]
 
 
