@@ -53,9 +53,11 @@ def run_commit(store: Store, config: Config, commit: str, run_dir: Path,
     evaluator) evaluate its artifact over a fresh checkout of the frozen files alone."""
     run_dir.mkdir(parents=True, exist_ok=True)
     with checkout(store, commit, exclude=config.files.hidden) as work:
+        compile_cache = store.state_dir / "compile-cache"
+        compile_cache.mkdir(exist_ok=True)
         result = run_training(work, config, run_dir / "log.txt", run_dir / "metrics.jsonl",
                               on_progress=on_progress, stop_event=stop_event, should_stop=should_stop,
-                              env_extra=env_extra)
+                              env_extra=env_extra, compile_cache=compile_cache)
     try:
         if result.status == "ok" and config.metric.evaluate:
             with checkout(store, commit, exclude=config.files.editable) as frozen:

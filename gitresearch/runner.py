@@ -298,10 +298,13 @@ def sandboxed(command: list[str], config: Config, workdir: Path, writable: tuple
 def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Path,
                  on_progress: Callable[[dict], None] | None = None,
                  should_stop: Callable[[list[dict]], str | None] | None = None,
-                 stop_event: threading.Event | None = None, env_extra: dict | None = None) -> RunResult:
+                 stop_event: threading.Event | None = None, env_extra: dict | None = None,
+                 compile_cache: Path | None = None) -> RunResult:
     """Run the configured training command in `workdir` and classify the outcome.
     `env_extra` (a worker's CUDA_VISIBLE_DEVICES or thread count) is set on top of the clean
-    environment. The process writes its metrics and artifacts into a fresh `out` folder beside
+    environment. `compile_cache`: a folder the sandbox may write that outlives the run, for
+    torch.compile's and Triton's caches (else they go to the private /tmp and every run
+    compiles cold). The process writes its metrics and artifacts into a fresh `out` folder beside
     `metrics_path`; the harness copies the metrics to `metrics_path` itself.
 
     `should_stop(points)` is asked whenever new metric points arrive; a reason stops the run
@@ -316,7 +319,8 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
     (out / "artifacts").mkdir(parents=True)
     live_metrics = out / "metrics.jsonl"
     frozen_before = hash_files(workdir, config.files.frozen)
-    command, mode, isolated = sandboxed(run.command, config, workdir, (workdir, out),
+    writable = (workdir, out) + ((compile_cache,) if compile_cache else ())
+    command, mode, isolated = sandboxed(run.command, config, workdir, writable,
                                         config.sandbox.train_read_only)
     env = clean_env(run.env_allow, (config.llm.api_key_env,))
     env.update(env_extra or {})
@@ -324,8 +328,10 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
     env.update(GITRESEARCH_BUDGET_S=f"{run.budget_s:g}", GITRESEARCH_METRICS=str(live_metrics),
                GITRESEARCH_ARTIFACTS=str(out / "artifacts"), PYTHONUNBUFFERED="1",
                GITRESEARCH_RUN_ID=run_id)
-    if mode == "bwrap":
-        env["TMPDIR"] = "/tmp"  # the sandbox's private tmpfs
+    if mode == "bwrap":  # the caches' usual homes (~, the host's /tmp) are not there
+        caches = Path(compile_cache) if compile_cache else Path("/tmp")
+        env.update(TMPDIR="/tmp", TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"),
+                   TRITON_CACHE_DIR=str(caches / "triton"))
     limit = run.budget_s + run.grace_s
     progress = {"step": None, "train_loss": None, "metric": None}
 

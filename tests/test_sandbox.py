@@ -33,6 +33,10 @@ attempt("write_tmp", lambda: open("/tmp/t.txt", "w").write("ok"))
 attempt("write_here", lambda: open("here.txt", "w").write("ok"))
 attempt("write_repo", lambda: open(os.environ["REPO"] + "/planted.txt", "w").write("x"))
 attempt("etc_shadow", lambda: open("/etc/shadow").read())
+def write_cache():
+    os.makedirs(os.environ["TORCHINDUCTOR_CACHE_DIR"], exist_ok=True)
+    return open(os.environ["TORCHINDUCTOR_CACHE_DIR"] + "/kernel", "w").write("k")
+attempt("write_cache", write_cache)
 status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
 report["no_new_privs"] = status["NoNewPrivs"].strip()
 report["cap_eff"] = status["CapEff"].strip()
@@ -45,7 +49,7 @@ print("val_bpb: 1.0")
 @needs_sandbox
 def test_what_a_sandboxed_run_can_touch(tmp_path, monkeypatch):
     home, data, repo = tmp_path / "home", tmp_path / "data", tmp_path / "repo"
-    for folder in (home, data, repo):
+    for folder in (home, data, repo, tmp_path / "compile-cache"):
         folder.mkdir()
     (home / "id_rsa").write_text("SECRET\n")
     (data / "data.txt").write_text("train data\n")
@@ -58,7 +62,8 @@ def test_what_a_sandboxed_run_can_touch(tmp_path, monkeypatch):
     monkeypatch.setenv("DATA_ROOT", str(tmp_path))
     config = Config(run=RunConfig(budget_s=5, env_allow=("DATA", "SECRET_FILE", "REPO")),
                     sandbox=SandboxConfig(train_read_only=("${DATA_ROOT}/data",)))
-    result = run_training(work, config, tmp_path / "log.txt", tmp_path / "metrics.jsonl")
+    result = run_training(work, config, tmp_path / "log.txt", tmp_path / "metrics.jsonl",
+                          compile_cache=tmp_path / "compile-cache")
     assert result.status == "ok" and result.sandbox == "bwrap", result.log_tail
     report = json.loads(Path(result.log_path).read_text().splitlines()[0])
     assert report["read_data"] == "train data\n"
@@ -67,6 +72,8 @@ def test_what_a_sandboxed_run_can_touch(tmp_path, monkeypatch):
     assert report["write_tmp"] == 2 and report["write_here"] == 2
     assert report["write_repo"].startswith("error") and report["etc_shadow"].startswith("error")
     assert report["no_new_privs"] == "1" and int(report["cap_eff"], 16) == 0
+    assert report["write_cache"] == 1  # the compile cache outlives the run
+    assert (tmp_path / "compile-cache" / "inductor" / "kernel").read_text() == "k"
     assert (work / "here.txt").exists() and not (repo / "planted.txt").exists()
     assert (data / "data.txt").read_text() == "train data\n"
     assert not Path("/tmp/t.txt").exists() or Path("/tmp/t.txt").read_text() != "ok"
