@@ -68,19 +68,28 @@ def best_chain(store: Store, experiments: list[Experiment] | None = None) -> lis
     return chain
 
 
-def diagnostics(experiments: list[Experiment]) -> dict:
-    """Counts and recent failure reasons over every experiment."""
+def diagnostics(experiments: list[Experiment], baseline: dict | None = None) -> dict:
+    """Counts and recent failure reasons over every experiment; the noise floor from the
+    baseline's note (`baseline`, else experiment 0 when `experiments` holds it)."""
     records = [e.record for e in experiments if e.record is not None and e.number > 0]
     counts = collections.Counter(r.get("status", "?") for r in records)
-    baseline = next((e.record for e in experiments if e.number == 0 and e.record), {})
+    if baseline is None:
+        baseline = next((e.record for e in experiments if e.number == 0 and e.record), {})
     stopped = [r for r in records if r.get("status") == "early_stop"]
     recent_failures = [f"#{r.get('experiment')} {r.get('status')}: {r.get('reason', '')}"[:240]
                        for r in records[:32] if r.get("status") in ("crash", "timeout", "invalid")][:5]
     since_keep = next((i for i, r in enumerate(records) if r.get("status") == "keep"), len(records))
     return {"experiments": len(records), "by_status": dict(counts.most_common()),
             "baseline_val_bpb": baseline.get("val_bpb"), "noise_std": baseline.get("noise_std"),
+            "noise_n": len(baseline.get("noise_runs") or []),
             "min_delta": baseline.get("min_delta"), "since_last_keep": since_keep,
             "early_stopped": len(stopped), "recent_failures": recent_failures}
+
+
+def baseline_record(store: Store) -> dict:
+    """Experiment 0's note (the loop's experiment list leaves the baseline out)."""
+    commit = store.experiment_commit(0)
+    return (store.read_note(commit) if commit else None) or {}
 
 
 def read_agenda(store: Store, commit: str, path: str) -> str:
@@ -105,6 +114,7 @@ def build_state(store: Store, config: Config, experiments: list[Experiment]) -> 
     files = {p: store.read_file(base, p) for p in config.files.editable}
     policy = config.policy
     state = State(base, files, history_window(store, experiments, policy.history_k, policy.diff_chars),
-                  best_chain(store, experiments), config, frozenset(tried), diagnostics(experiments),
+                  best_chain(store, experiments), config, frozenset(tried),
+                  diagnostics(experiments, baseline_record(store)),
                   read_agenda(store, base, policy.agenda))
     return state, tried

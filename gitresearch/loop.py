@@ -20,7 +20,7 @@ from typing import Callable
 from . import gitstore
 from .config import Config
 from .gitstore import Store
-from .history import build_state
+from .history import baseline_record, build_state
 from .policies import PolicyError, make_policy
 from .policies.reward import novelty, reward
 from .proposal import clean_text, diff_sha, propose_valid
@@ -391,7 +391,7 @@ class Loop:
         return f"it beat its parent: rebased onto best {best[:12]} as #{new_number}"
 
     def baseline_record(self) -> dict:
-        return self.store.read_note(self.store.experiment_commit(0)) or {}
+        return baseline_record(self.store)
 
     def _progress(self, number):
         if self.on_progress is None:

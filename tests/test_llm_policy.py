@@ -283,3 +283,17 @@ def test_binary_nul_and_non_utf8_diffs_are_invalid_and_the_loop_goes_on(tmp_path
     assert "NUL bytes" in rec[1]["reason"]
     assert "not valid UTF-8" in rec[2]["reason"]
     assert "binary patch" in rec[3]["reason"]
+
+
+def test_prompt_shows_the_baseline_and_the_noise_floor(tmp_path):
+    """The state as the loop builds it (its experiment list leaves the baseline out) still
+    gives the prompt the baseline, the noise std with its sample size and the threshold."""
+    repo = llm_repo(tmp_path)
+    script = [reply("Description: deeper model\n" + edit(FAKE, "DEPTH = 4", "DEPTH = 6")[1])]
+    with ChatServer(script) as server:
+        cli("loop", "--max-experiments", "1", "--no-early-stop", "--base-url", server.url, cwd=repo)
+    baseline = notes(repo)[0]
+    prompt = server.requests[0]["body"]["messages"][-1]["content"]
+    assert (f"baseline val_bpb {baseline['val_bpb']:.6f}, noise std {baseline['noise_std']:.6f} "
+            f"(from 2 repeated runs); a change must beat the best by more than "
+            f"{baseline['min_delta']:.6f}") in prompt

@@ -69,8 +69,8 @@ def render_diagnostics(state: State) -> str:
     lines = [f"- experiments so far: {d.get('experiments', 0)} ({statuses})",
              f"- experiments since the last kept one: {d.get('since_last_keep', 0)}",
              f"- baseline val_bpb {_num(d.get('baseline_val_bpb'), '.6f')}, noise std "
-             f"{_num(d.get('noise_std'), '.6f')}; a change must beat the best by more than "
-             f"{_num(d.get('min_delta'), '.6f')}",
+             f"{_num(d.get('noise_std'), '.6f')} (from {d.get('noise_n', 0)} repeated runs); a change "
+             f"must beat the best by more than {_num(d.get('min_delta'), '.6f')}",
              f"- training budget: {run.budget_s:g} s per run; hopeless runs are stopped early",
              f"- editable files: {', '.join(state.config.files.editable)}; everything else is frozen"]
     lines += [f"- recent failure: {line}" for line in d.get("recent_failures", [])]
