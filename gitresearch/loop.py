@@ -90,8 +90,17 @@ def result_fields(result: RunResult, store: Store) -> dict:
     return {**fields, "val_bpb": result.metric, "reason": result.reason, "seconds": result.seconds,
             "training_seconds": result.training_seconds, "peak_memory_mb": result.peak_memory_mb,
             "exit_code": result.exit_code, "log": log, "log_tail": result.log_tail,
-            "network_isolated": result.network_isolated,
-            "steps": result.summary.get("num_steps") or max((p.get("step", 0) for p in result.points), default=None)}
+            "network_isolated": result.network_isolated, "steps": result.steps,
+            "throughput": throughput(result)}
+
+
+def throughput(result: RunResult) -> dict:
+    """Steps and steps per training second, and tokens per second where the script prints
+    them: a run far below its peers' rate ran on a loaded or changed machine."""
+    seconds = result.training_seconds
+    steps = result.steps
+    return {"steps": steps, "tokens_per_s": result.tokens_per_s,
+            "steps_per_s": round(steps / seconds, 4) if steps and seconds else None}
 
 
 # -- the loop ---------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import re
 
 PROGRESS = re.compile(r"^step\s+(\d+)\s*(?:\(\s*([\d.]+)%\))?.*?\bloss:\s*([-+\w.]+)")
 SUMMARY_LINE = re.compile(r"^([A-Za-z_][\w.]*):\s+(\S+)\s*$")
+TOKENS_PER_S = re.compile(r"\btok(?:ens)?/s(?:ec)?:\s*([\d,.]+)")
 
 
 def _number(text: str) -> float | None:
@@ -17,13 +18,17 @@ def _number(text: str) -> float | None:
 
 
 def parse_progress(line: str) -> dict | None:
-    """`step 00953 (100.0%) | loss: 2.91 | ...` -> {"step", "percent", "train_loss"}."""
-    match = PROGRESS.match(line.strip().rsplit("\r", 1)[-1])
+    """`step 00953 (100.0%) | loss: 2.91 | ... | tok/sec: 11,813 | ...` -> {"step", "percent",
+    "train_loss", "tokens_per_s"} (None for what the line does not say)."""
+    line = line.strip().rsplit("\r", 1)[-1]
+    match = PROGRESS.match(line)
     if not match:
         return None
     step, percent, loss = match.groups()
+    rate = TOKENS_PER_S.search(line)
     return {"step": int(step), "percent": _number(percent) if percent else None,
-            "train_loss": _number(loss)}
+            "train_loss": _number(loss),
+            "tokens_per_s": _number(rate.group(1).replace(",", "")) if rate else None}
 
 
 def parse_summary(text: str) -> dict:

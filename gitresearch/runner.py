@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import stat
+import statistics
 import subprocess
 import sys
 import threading
@@ -66,6 +67,15 @@ class RunResult:
     self_reported: float | None = None  # train.py's own final number, when it printed one
     evaluation: dict = field(default_factory=dict)  # the evaluator's seconds, log and summary
     artifacts: str = ""  # the folder train.py saved its artifacts in ($GITRESEARCH_ARTIFACTS)
+    tokens_per_s: float | None = None  # median of the progress lines' tok/sec, where printed
+
+    @property
+    def steps(self) -> int | None:
+        value = self.summary.get("num_steps")
+        if isinstance(value, float):
+            return int(value)
+        steps = [p["step"] for p in self.points if isinstance(p.get("step"), int)]
+        return max(steps) if steps else None
 
     @property
     def training_seconds(self) -> float | None:
@@ -334,11 +344,14 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
                    TRITON_CACHE_DIR=str(caches / "triton"))
     limit = run.budget_s + run.grace_s
     progress = {"step": None, "train_loss": None, "metric": None}
+    rates: list[float] = []
 
     def on_line(line):
         parsed = M.parse_progress(line)
         if parsed:
             progress.update(step=parsed["step"], train_loss=parsed["train_loss"])
+            if parsed["tokens_per_s"] is not None:
+                rates.append(parsed["tokens_per_s"])
 
     start = time.monotonic()
     proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
@@ -426,7 +439,8 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
                      exit_code, round(seconds, 3), round(peak_rss / 2 ** 20, 1), str(log_path),
                      "\n".join(tail.splitlines()[-12:])[-1500:], isolated, sandbox=mode,
                      self_reported=self_reported if M.is_finite(self_reported) else None,
-                     artifacts=str(out / "artifacts"))
+                     artifacts=str(out / "artifacts"),
+                     tokens_per_s=statistics.median(rates) if rates else None)
 
 
 def run_evaluation(result: RunResult, eval_dir: Path, config: Config, log_path: Path,

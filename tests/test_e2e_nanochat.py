@@ -21,6 +21,9 @@ def test_loop_on_the_bundled_target(tmp_path, nanochat_cache):
     assert len(rows) == 3 and rows[-1]["status"] == "baseline"
     baseline = Store(repo).read_note(Store(repo).experiment_commit(0))
     assert len(baseline["noise_runs"]) == 2 and baseline["val_bpb"] < 3.68  # it learned (step 0: 3.696)
+    assert baseline["metric_source"] == "evaluator" and baseline["sandbox"] in ("bwrap", "none")
+    rate = baseline["throughput"]
+    assert rate["steps"] > 0 and rate["steps_per_s"] > 0 and rate["tokens_per_s"] > 1000
     # any recorded outcome is fine here (a deep mutation can even time out on a loaded CPU)
     assert all(r["status"] in ("keep", "discard", "crash", "early_stop", "timeout", "invalid")
                for r in rows[:-1])

@@ -141,3 +141,26 @@ def test_stop_event_interrupts(tmp_path):
     result = run_training(work, config, tmp_path / "log.txt", tmp_path / "m.jsonl", stop_event=stop)
     assert result.status == "crash" and result.reason.startswith("interrupted")
     assert result.seconds < 5
+
+
+def test_throughput_from_progress_lines(tmp_path):
+    from gitresearch.metrics import parse_progress
+
+    line = "step 00014 (100.0%) | loss: 5.903965 | lrm: 0.17 | dt: 363ms | tok/sec: 11,294 | remaining: 0s"
+    assert parse_progress(line) == {"step": 14, "percent": 100.0, "train_loss": 5.903965,
+                                    "tokens_per_s": 11294.0}
+    assert parse_progress("step 3 | loss: 2.5")["tokens_per_s"] is None
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text(
+        "import time\n"
+        "for step, rate in enumerate([2000, 2000, 9000, 2000, 2000], start=1):\n"
+        "    print(f'step {step:05d} | loss: 3.0 | tok/sec: {rate:,}', flush=True)\n"
+        "    time.sleep(0.2)\n"
+        "print('---'); print('val_bpb: 2.0'); print('num_steps: 5'); print('training_seconds: 1.5')\n")
+    config = Config(run=RunConfig(budget_s=5))
+    result = run_training(work, config, tmp_path / "log.txt", tmp_path / "metrics.jsonl")
+    assert result.status == "ok"
+    # the median of the lines seen (the pump reads the newest line of each chunk): one outlier
+    # line, seen or not, does not move it
+    assert result.tokens_per_s == 2000.0 and result.steps == 5 and result.training_seconds == 1.5
