@@ -25,7 +25,8 @@ from .policies import PolicyError, make_policy
 from .policies.reward import novelty, reward
 from .proposal import clean_text, diff_sha, propose_valid
 from .remote import Remote
-from .runner import RunResult, SetupError, kill_orphans, run_evaluation, run_setup, run_training
+from .processes import kill_orphans
+from .runner import RunResult, SetupError, run_evaluation, run_setup, run_training
 from .sandbox import SandboxError, mode as sandbox_mode
 from .calibration import EarlyStop
 from .workers import Claims, RepoLock, run_workers

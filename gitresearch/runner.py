@@ -10,23 +10,19 @@ config's `run.env_allow` reach train.py, and then GITRESEARCH_BUDGET_S, GITRESEA
 GITRESEARCH_ARTIFACTS are set. API keys, tokens and the like never do unless a user names them
 in `run.env_allow`. Everything train.py leaves behind is read without following links
 (O_NOFOLLOW, regular files only, capped), so a planted symlink or FIFO cannot make the
-harness read or block on a file of the user's.
+harness read or block on a file of the user's. Process trees, logs and those reads: processes.py.
 """
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import shutil
-import signal
-import stat
 import statistics
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -36,6 +32,8 @@ import psutil
 from . import metrics as M
 from . import sandbox
 from .config import Config
+from .processes import (METRICS_CAP, TAIL_BYTES, OutputPump, hash_files, kill_tree, last_line,
+                        read_untrusted, tagged, tree)
 
 ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "TERM",
              "CUDA_VISIBLE_DEVICES", "NANOCHAT_CACHE_DIR", "XDG_CACHE_HOME", "HF_HOME",
@@ -43,8 +41,6 @@ ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "TERM",
              "CONDA_PREFIX", "LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS",
              "MKL_NUM_THREADS", "PYTHONHASHSEED")
 PREFIX_ALLOW = ("LC_", "OPENBLAS_")
-TAIL_BYTES = 64 * 1024  # output kept in memory for the summary block and the note's tail
-METRICS_CAP = 16 * 2 ** 20  # bytes of a run's metrics file read at most
 POLL_S = 0.25  # seconds between checks of the process tree (exit is noticed at once)
 
 
@@ -102,166 +98,6 @@ def clean_env(extra_allow: tuple[str, ...], secrets: tuple[str, ...] = ()) -> di
     hidden = {os.environ[name] for name in secrets if os.environ.get(name)}
     return {k: v for k, v in os.environ.items()
             if (k in allowed or k.startswith(PREFIX_ALLOW)) and k not in secrets and v not in hidden}
-
-
-def read_untrusted(path: Path, offset: int = 0, limit: int = METRICS_CAP) -> bytes:
-    """Up to `limit` bytes from `offset` of a file a sandboxed process may have written: a
-    symlink, a FIFO, a device or a missing file reads as nothing."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return b""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return b""
-        os.lseek(fd, offset, os.SEEK_SET)
-        chunks, left = [], limit
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def hash_files(root: Path, patterns: tuple[str, ...]) -> dict[str, str]:
-    """SHA-256 of each file matching `patterns` under `root`, never following a link."""
-    hashes = {}
-    for pattern in patterns:
-        matches = sorted(root.glob(pattern)) or [root / pattern]
-        for path in matches:
-            rel = str(path.relative_to(root))
-            if path.is_symlink():
-                hashes[rel] = "symlink"
-            elif not path.exists():
-                hashes[rel] = "missing"
-            else:
-                data = read_untrusted(path, limit=1 << 40)
-                hashes[rel] = hashlib.sha256(data).hexdigest() if path.is_file() else "not a file"
-    return hashes
-
-
-class OutputPump(threading.Thread):
-    """Drains the child's output: the first `cap` bytes go to the log, the last TAIL_BYTES stay
-    in memory, progress lines go to `on_line`. A flood costs memcpy, nothing more."""
-
-    def __init__(self, stream, log_path: Path, cap: int, on_line: Callable[[str], None]):
-        super().__init__(daemon=True)
-        self.stream, self.log, self.cap, self.on_line = stream, open(log_path, "wb"), cap, on_line
-        self.written = self.dropped = 0
-        self.tail: deque[bytes] = deque()
-        self.tail_size = 0
-
-    def run(self):
-        fd = self.stream.fileno()
-        while chunk := os.read(fd, 1 << 16):
-            room = self.cap - self.written
-            if room > 0:
-                self.log.write(chunk[:room])
-                self.log.flush()  # so that `tail -f` on the log follows the run
-                self.written += min(room, len(chunk))
-            self.dropped += max(0, len(chunk) - max(room, 0))
-            self.tail.append(chunk)
-            self.tail_size += len(chunk)
-            while self.tail_size - len(self.tail[0]) >= TAIL_BYTES:
-                self.tail_size -= len(self.tail.popleft())
-            lines = chunk.rsplit(b"\n", 2)
-            if len(lines) > 1:  # only the newest complete line matters for progress
-                self.on_line(lines[-2].decode("utf-8", "replace"))
-
-    def tail_text(self) -> str:
-        return b"".join(self.tail)[-TAIL_BYTES:].decode("utf-8", "replace")
-
-    def close(self):
-        if self.dropped:
-            self.log.write(f"\n[gitresearch: {self.dropped} bytes over the log cap dropped; "
-                           f"the last {TAIL_BYTES} bytes follow]\n".encode())
-            self.log.write(self.tail_text().encode())
-        self.log.close()
-
-
-def _tree(proc: psutil.Process) -> list[psutil.Process]:
-    try:
-        return [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
-def _kill(group: int, seen: dict[int, psutil.Process], term_grace: float) -> None:
-    """SIGTERM the process group and every process seen in the tree, then SIGKILL survivors."""
-    def alive():
-        return [p for p in seen.values() if _running(p)]
-
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(group, sig)
-        except ProcessLookupError:
-            pass
-        for p in alive():  # children that left the group with setsid()
-            try:
-                p.send_signal(sig)
-            except psutil.Error:
-                pass
-        deadline = time.monotonic() + (term_grace if sig == signal.SIGTERM else 5.0)
-        while time.monotonic() < deadline and (alive() or _group_alive(group)):
-            time.sleep(0.02)
-        if not alive() and not _group_alive(group):
-            return
-
-
-def _running(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return any(_running(p) for p in psutil.process_iter() if _safe_pgid(p) == group)
-
-
-def _safe_pgid(p: psutil.Process) -> int | None:
-    try:
-        return os.getpgid(p.pid)
-    except OSError:
-        return None
-
-
-def _tagged(match: Callable[[psutil.Process, str], bool]) -> dict[int, psutil.Process]:
-    """Processes carrying a GITRESEARCH_RUN_ID tag that `match(process, tag)` accepts: they
-    find descendants that escaped the process group (setsid, double fork) or outlived us."""
-    found = {}
-    for p in psutil.process_iter():
-        try:
-            tag = p.environ().get("GITRESEARCH_RUN_ID")
-            if tag and p.pid != os.getpid() and match(p, tag):
-                found[p.pid] = p
-        except psutil.Error:
-            continue
-    return found
-
-
-def kill_orphans(under: Path) -> int:
-    """Kill training processes left by a harness that died (kill -9): any process tagged with
-    a GITRESEARCH_RUN_ID whose working directory is under `under`. Returns how many."""
-    under = str(Path(under).resolve())
-    orphans = _tagged(lambda p, tag: p.cwd().startswith(under))
-    for p in orphans.values():
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(list(orphans.values()), timeout=5)
-    return len(orphans)
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
-    return lines[-1][:300] if lines else "(no output)"
 
 
 class SetupError(RuntimeError):
@@ -371,7 +207,7 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
             pass
         elapsed = time.monotonic() - start
         rss = 0
-        for p in _tree(root):
+        for p in tree(root):
             seen.setdefault(p.pid, p)
             try:
                 rss += p.memory_info().rss
@@ -401,14 +237,14 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
         if on_progress:
             on_progress(dict(progress, elapsed=elapsed, budget=run.budget_s))
         if verdict:
-            _kill(proc.pid, seen, run.term_grace_s)
+            kill_tree(proc.pid, seen, run.term_grace_s)
             break
     exit_code = proc.wait()
     seconds = time.monotonic() - start
-    for p in _tree(root):
+    for p in tree(root):
         seen.setdefault(p.pid, p)
-    seen.update(_tagged(lambda p, tag: tag == run_id))
-    _kill(proc.pid, seen, run.term_grace_s)  # children left running after the main process
+    seen.update(tagged(lambda p, tag: tag == run_id))
+    kill_tree(proc.pid, seen, run.term_grace_s)  # children left running after the main process
     pump.join(timeout=5)
     pump.close()
     tail = pump.tail_text()
@@ -427,10 +263,10 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
     elif verdict is None:
         if exit_code != 0:
             how = (f"killed by signal {-exit_code}" if exit_code < 0 else f"exited with code {exit_code}")
-            verdict, reason = "crash", f"{how}: {_last_line(tail)}"
+            verdict, reason = "crash", f"{how}: {last_line(tail)}"
         elif metric is None and not config.metric.evaluate:
             verdict, reason = "crash", (f"no {config.metric.name} reported (no summary block line "
-                                        f"and no GITRESEARCH_METRICS point): {_last_line(tail)}")
+                                        f"and no GITRESEARCH_METRICS point): {last_line(tail)}")
         elif metric is not None and not M.is_finite(metric):
             verdict, reason = "crash", f"{config.metric.name} is {metric}"
         else:
@@ -467,7 +303,7 @@ def run_evaluation(result: RunResult, eval_dir: Path, config: Config, log_path: 
         output, _ = proc.communicate(timeout=config.metric.evaluate_timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill(proc.pid, {proc.pid: psutil.Process(proc.pid)}, config.run.term_grace_s)
+        kill_tree(proc.pid, {proc.pid: psutil.Process(proc.pid)}, config.run.term_grace_s)
         output, _ = proc.communicate()
     seconds = round(time.monotonic() - start, 3)
     text = output[-TAIL_BYTES:].decode("utf-8", "replace")
@@ -482,7 +318,7 @@ def run_evaluation(result: RunResult, eval_dir: Path, config: Config, log_path: 
                        reason=f"the evaluation took over {config.metric.evaluate_timeout_s:g} s")
     if proc.returncode != 0 or not M.is_finite(evaluated):
         return replace(result, status="invalid", metric=None, **fields,
-                       reason=f"the evaluator refused the run (exit {proc.returncode}): {_last_line(text)}")
+                       reason=f"the evaluator refused the run (exit {proc.returncode}): {last_line(text)}")
     reported = result.self_reported
     if reported is not None and abs(reported - evaluated) > config.metric.tolerance:
         return replace(result, status="invalid", metric=None, **fields,

@@ -283,7 +283,7 @@ class Memory(torch.nn.Module):
 def test_evaluator_refuses_cheating_models(prepare, nanochat_cache, target_copy, tmp_path, cheat, reason):
     export_model(prepare, cheat(prepare.spec().vocab_size), tmp_path / "a")
     code, _, out = evaluate(target_copy, tmp_path / "a", nanochat_cache)
-    assert code == 2 and f"refused: " in out and reason in out, out
+    assert code == 2 and "refused: " in out and reason in out, out
     assert "val_bpb" not in out
 
 
