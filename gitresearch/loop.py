@@ -304,11 +304,17 @@ class Loop:
             results.append(result)
         std = statistics.stdev(values) if len(values) > 1 else 0.0
         noise = self.config.noise
-        min_delta = noise.min_delta if noise.min_delta is not None else max(noise.k_sigma * std, noise.min_delta_floor)
+        if noise.min_delta is not None:
+            min_delta, rule = noise.min_delta, "[noise] min_delta"
+        elif noise.k_sigma * std >= noise.min_delta_floor:
+            min_delta, rule = noise.k_sigma * std, f"{noise.k_sigma:g} x noise std"
+        else:
+            min_delta, rule = noise.min_delta_floor, "[noise] min_delta_floor"
         record = {"experiment": 0, "status": "baseline", "policy": "baseline",
                   **result_fields(results[-1], self.store),
                   "val_bpb": statistics.mean(values), "noise_runs": values, "noise_std": std,
-                  "min_delta": min_delta, "budget_s": self.config.run.budget_s,
+                  "noise_throughput": [throughput(r) for r in results],
+                  "min_delta": min_delta, "min_delta_rule": rule, "budget_s": self.config.run.budget_s,
                   "host": socket.gethostname(), "finished": time.time()}
         self.store.write_note(root, record)
         if self.remote:

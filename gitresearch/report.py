@@ -5,6 +5,7 @@ import collections
 import re
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -69,7 +70,10 @@ def summarise(store: Store, config: Config | None = None) -> dict:
                                   if n.get("val_bpb") is not None)
     sandboxes = collections.Counter(n.get("sandbox", "none") for n in ran)
     evaluator = " ".join(config.metric.evaluate) if config and config.metric.evaluate else None
+    base = baseline or {}
     return {
+        "noise_std": base.get("noise_std"), "noise_n": len(base.get("noise_runs") or []),
+        "min_delta": base.get("min_delta"), "min_delta_rule": base.get("min_delta_rule"),
         "sandbox_host": sandbox.probe().describe(),
         "sandbox_mode": config.sandbox.mode if config else None,
         "evaluator": evaluator, "metric_sources": dict(sources), "sandboxes": dict(sandboxes),
@@ -107,6 +111,10 @@ def print_status(store: Store, console: Console, config: Config | None = None) -
     table.add_row("baseline val_bpb", _fmt(s["baseline_val_bpb"]))
     gain = f" ({100 * s['relative_gain']:.2f}% better)" if s["relative_gain"] else ""
     table.add_row("best val_bpb", _fmt(s["best_val_bpb"]) + gain)
+    if s["noise_std"] is not None:
+        rule = f" = {escape(s['min_delta_rule'])}" if s["min_delta_rule"] else ""
+        table.add_row("noise floor", f"std {_fmt(s['noise_std'])} over {s['noise_n']} baseline runs; "
+                                     f"a keep must beat best by {_fmt(s['min_delta'])}{rule}")
     table.add_row("experiments per hour", _fmt(s["experiments_per_hour"], ".1f"))
     share = s["mean_budget_share"]
     table.add_row("mean budget share used", "-" if share is None else f"{100 * share:.1f}%")

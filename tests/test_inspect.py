@@ -43,7 +43,14 @@ def test_status_summarises_the_repo(repo):
     chain = summary["best_chain"]
     assert [link["status"] for link in chain][-1] == "baseline" and chain[0]["val_bpb"] == summary["best_val_bpb"]
     assert all(link["description"] for link in chain)
-    text = cli("status", cwd=repo).stdout
+    baseline = records[0]
+    assert (summary["noise_std"], summary["noise_n"], summary["min_delta"]) == \
+        (baseline["noise_std"], 2, baseline["min_delta"])
+    assert summary["min_delta_rule"] == "[noise] min_delta_floor"  # the fake is noise-free
+    assert [t["steps"] for t in baseline["noise_throughput"]] == [10, 10]
+    text = cli("status", cwd=repo, env={"COLUMNS": "200"}).stdout
+    assert f"std {baseline['noise_std']:.6f} over 2 baseline runs; a keep must beat best by " \
+           f"{baseline['min_delta']:.6f} = [noise] min_delta_floor" in text
     for words in ("experiments per hour", "mean budget share used", "compute saved by early stop",
                   "best chain", "% better", chain[0]["description"][:20]):
         assert words in text
