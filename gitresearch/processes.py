@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import signal
 import stat
 import threading
@@ -18,6 +19,7 @@ import psutil
 
 TAIL_BYTES = 64 * 1024  # output kept in memory for the summary block and the note's tail
 METRICS_CAP = 16 * 2 ** 20  # bytes of a run's metrics file read at most
+PROGRESS_SPLIT = re.compile(rb"[\r\n]")  # progress lines end in \n, or redraw with \r
 
 
 def read_untrusted(path: Path, offset: int = 0, limit: int = METRICS_CAP) -> bytes:
@@ -67,6 +69,7 @@ class OutputPump(threading.Thread):
         self.written = self.dropped = 0
         self.tail: deque[bytes] = deque()
         self.tail_size = 0
+        self.partial = b""  # the unfinished last line (print writes a line and its \n apart)
 
     def run(self):
         fd = self.stream.fileno()
@@ -81,9 +84,10 @@ class OutputPump(threading.Thread):
             self.tail_size += len(chunk)
             while self.tail_size - len(self.tail[0]) >= TAIL_BYTES:
                 self.tail_size -= len(self.tail.popleft())
-            lines = chunk.rsplit(b"\n", 2)
-            if len(lines) > 1:  # only the newest complete line matters for progress
-                self.on_line(lines[-2].decode("utf-8", "replace"))
+            recent = (self.partial + chunk)[-8192:]
+            self.partial = PROGRESS_SPLIT.split(recent)[-1][-4096:]
+            if progress := newest_progress_line(recent):
+                self.on_line(progress.decode("utf-8", "replace"))
 
     def tail_text(self) -> str:
         return b"".join(self.tail)[-TAIL_BYTES:].decode("utf-8", "replace")
@@ -101,6 +105,17 @@ def tree(proc: psutil.Process) -> list[psutil.Process]:
         return [proc, *proc.children(recursive=True)]
     except psutil.Error:
         return []
+
+
+def newest_progress_line(chunk: bytes, look_back: int = 16) -> bytes | None:
+    """The newest complete `step ...` line among the last `look_back` lines of `chunk` (a
+    summary or log line printed right after it does not hide it); bounded work per chunk, so
+    a flood of output costs little."""
+    lines = PROGRESS_SPLIT.split(chunk)[:-1]  # the last piece is not complete yet
+    for line in reversed(lines[-look_back:]):
+        if line.lstrip().startswith(b"step"):
+            return line
+    return None
 
 
 def kill_tree(group: int, seen: dict[int, psutil.Process], term_grace: float) -> None:

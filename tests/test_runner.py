@@ -164,3 +164,32 @@ def test_throughput_from_progress_lines(tmp_path):
     # the median of the lines seen (the pump reads the newest line of each chunk): one outlier
     # line, seen or not, does not move it
     assert result.tokens_per_s == 2000.0 and result.steps == 5 and result.training_seconds == 1.5
+
+
+def test_the_newest_progress_line_of_a_chunk_is_found():
+    from gitresearch.processes import newest_progress_line
+
+    chunk = b"step 00001 | loss: 3.0\nstep 00002 | loss: 2.9 | tok/sec: 1,000\n---\nval_bpb: 2.0\nnum"
+    assert newest_progress_line(chunk) == b"step 00002 | loss: 2.9 | tok/sec: 1,000"
+    assert newest_progress_line(b"\rstep 00003 | loss: 2.8\rstep 00004 | loss: 2.7\r") == b"step 00004 | loss: 2.7"
+    assert newest_progress_line(b"no progress here\n") is None
+    assert newest_progress_line(b"step 00005 | loss: 2.6") is None  # not complete yet
+
+
+def test_a_progress_line_written_in_two_pieces_is_seen(tmp_path):
+    """print() writes a line and its newline apart: the pump joins them."""
+    import os
+
+    from gitresearch.processes import OutputPump
+
+    read_end, write_end = os.pipe()
+    seen = []
+    pump = OutputPump(os.fdopen(read_end, "rb"), tmp_path / "log.txt", 1 << 20, seen.append)
+    pump.start()
+    for piece in (b"step 00001 | loss: 3.0 | tok/sec: 1,234", b"\n", b"---\nval_bpb: 2.0\n"):
+        os.write(write_end, piece)
+        time.sleep(0.2)  # separate reads
+    os.close(write_end)
+    pump.join(timeout=5)
+    pump.close()
+    assert seen == ["step 00001 | loss: 3.0 | tok/sec: 1,234"]
