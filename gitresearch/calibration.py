@@ -29,7 +29,8 @@ class EarlyStop:
             if rec.get("status") not in FINISHED or rec.get("budget_s") != budget:
                 continue
             if exp.number == 0:
-                for i, final in enumerate(rec.get("noise_runs") or []):
+                finals = rec.get("noise_runs") or []
+                for i, final in zip(rec.get("noise_run_dirs") or range(len(finals)), finals):
                     yield self.run_dir(0) / f"noise-{i}", final
             elif rec.get("val_bpb") is not None:
                 yield self.run_dir(exp.number), rec["val_bpb"]

@@ -59,10 +59,26 @@ class SandboxConfig:
 
 @dataclass(frozen=True)
 class NoiseConfig:
-    noise_runs: int = 3  # baseline repeats that measure the noise floor
-    min_delta: float | None = None  # an improvement must exceed this; None: k_sigma x noise std
-    k_sigma: float = 2.0  # min_delta = k_sigma x std of the noise runs
+    noise_runs: int = 5  # baseline repeats that start the noise floor
+    min_delta: float | None = None  # the smallest gain worth keeping; None: k_sigma x noise std
+    k_sigma: float = 2.0  # min_delta = k_sigma x the pooled std's upper confidence bound
     min_delta_floor: float = 1e-4  # never keep a change smaller than this
+    confidence: float = 0.9  # level of the std's upper bound (chi-square, pooled repeats)
+    outlier_share: float = 0.8  # a run below this x its peers' median steps/s is re-run, not pooled
+    max_outlier_reruns: int = 3  # re-runs of slow runs per baseline or confirmation
+
+
+@dataclass(frozen=True)
+class ConfirmConfig:
+    enabled: bool = True  # false: the single-run rule (keep when one run beats best by min_delta)
+    screen_sigma: float = 1.0  # a run beating best by this x the std's upper bound is confirmed
+    alpha: float = 0.05  # SPRT: bound on keeping a change whose true gain is 0
+    beta: float = 0.10  # SPRT: bound on discarding a true gain of min_delta (before the cap)
+    max_pairs: int = 5  # undecided after this many (candidate, best) pairs: discard
+    remeasure_every: int = 10  # experiments between re-runs of best (0: never)
+    remeasure_hours: float = 6.0  # hours between re-runs of best (0: never)
+    drift_sigma: float = 3.0  # a re-run of best this many sigma_d from its mean is drift
+    drift_throughput: float = 0.15  # a steps/s change of this share from best's own is drift
 
 
 @dataclass(frozen=True)
@@ -160,6 +176,7 @@ class Config:
     metric: MetricConfig = field(default_factory=MetricConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     noise: NoiseConfig = field(default_factory=NoiseConfig)
+    confirm: ConfirmConfig = field(default_factory=ConfirmConfig)
     early_stop: EarlyStopConfig = field(default_factory=EarlyStopConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)

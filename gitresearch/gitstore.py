@@ -5,6 +5,7 @@ Layout in the research repo:
 - refs/heads/best                    first-parent chain: baseline, then each accepted improvement
 - refs/gitresearch/experiments/NNNNNN one ref per experiment (kept or not), so gc never loses it
 - refs/notes/gitresearch             one note per experiment: a summary line, then JSON
+- refs/notes/gitresearch-verify      `gitresearch verify`'s record per verified commit
 - <git dir>/gitresearch/             logs, metrics, lock files (not shared, referenced by notes)
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pygit2
 
 BEST_REF = "refs/heads/best"
 NOTES_REF = "refs/notes/gitresearch"
+VERIFY_REF = "refs/notes/gitresearch-verify"  # `gitresearch verify`'s records, by commit
 EXPERIMENTS_PREFIX = "refs/gitresearch/experiments/"
 NOTE_SCHEMA = 1
 MAX_RESERVE_TRIES = 100  # experiment numbers tried before a refusing remote is an error
@@ -319,12 +321,12 @@ class Store:
         record = notes.get(str(commit.id)) if notes is not None else self.read_note(str(commit.id))
         return Experiment(number, str(commit.id), parent, commit.message.split("\n")[0], record)
 
-    def all_notes(self) -> dict[str, dict]:
-        """Every note, by the commit it annotates."""
-        if self.repo.references.get(NOTES_REF) is None:
+    def all_notes(self, ref: str = NOTES_REF) -> dict[str, dict]:
+        """Every note of `ref`, by the commit it annotates."""
+        if self.repo.references.get(ref) is None:
             return {}
         return {str(note.annotated_id): parse_note(self.repo[note.id].data.decode("utf-8", "replace"))
-                for note in self.repo.notes(NOTES_REF)}
+                for note in self.repo.notes(ref)}
 
     # -- notes -----------------------------------------------------------------------------
 
@@ -338,15 +340,14 @@ class Store:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def write_note(self, commit: str, record: dict) -> None:
+    def write_note(self, commit: str, record: dict, ref: str = NOTES_REF) -> None:
         signature = pygit2.Signature(*AUTHOR)
         with self.lock("notes"):
-            self.repo.create_note(note_text(record), signature, signature, commit, NOTES_REF,
-                                  True)
+            self.repo.create_note(note_text(record), signature, signature, commit, ref, True)
 
-    def read_note(self, commit: str) -> dict | None:
+    def read_note(self, commit: str, ref: str = NOTES_REF) -> dict | None:
         try:
-            note = self.repo.lookup_note(commit, NOTES_REF)
+            note = self.repo.lookup_note(commit, ref)
         except KeyError:
             return None
         return parse_note(note.message)

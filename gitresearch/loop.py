@@ -19,7 +19,7 @@ from typing import Callable
 
 from . import gitstore
 from .config import Config
-from .gitstore import Store
+from .gitstore import VERIFY_REF, Store
 from .history import baseline_record, build_state
 from .policies import PolicyError, make_policy
 from .policies.reward import novelty, reward
@@ -29,6 +29,7 @@ from .processes import kill_orphans
 from .runner import RunResult, SetupError, run_evaluation, run_setup, run_training
 from .sandbox import SandboxError, mode as sandbox_mode
 from .calibration import EarlyStop
+from .confirm import Floor, best_reference, floor, gain, pooled_noise, min_delta_rule, slow_run, sprt
 from .workers import Claims, RepoLock, run_workers
 
 STOP_FILE = "STOP"  # touch <git dir>/gitresearch/STOP to stop before the next experiment
@@ -43,6 +44,11 @@ class LoopReport:
     ran: int = 0
     kept: int = 0
     stop_reason: str = ""
+
+
+def pending(record: dict | None) -> bool:
+    """An experiment still to run: no note yet, or a confirmation a kill interrupted."""
+    return record is None or record.get("status") == "confirming"
 
 
 # -- running one commit -----------------------------------------------------------------------
@@ -209,8 +215,9 @@ class Loop:
                                               f"experiments in a row; see #{number}")
                         return report
                     continue
+            resumed = exp.record if exp is not None else None  # a confirmation in progress
             try:
-                record = self.run_experiment(number, commit, parent, description, proposal_data)
+                record = self.run_experiment(number, commit, parent, description, proposal_data, resumed)
             finally:
                 self.claims.release(number)
             if record is None:
@@ -221,19 +228,20 @@ class Loop:
             policy.observe(record)
 
     def claim_pending(self, experiments):
-        """The oldest experiment without a note that this worker may run, claimed; None if
-        there is none. With a remote, only experiments this clone made: another machine's may
+        """The oldest experiment without a note, or whose confirmation was interrupted, that
+        this worker may run, claimed; None if there is none. With a remote, only experiments this clone made: another machine's may
         be running there."""
         origin = self.store.origin_id()
         with self.claims.proposing():
             for exp in reversed(experiments):  # oldest first
-                if exp.record is not None:
+                if not pending(exp.record):
                     continue
                 if self.remote and self.store.trailer(exp.commit, "Gitresearch-Origin") != origin:
                     continue
                 if self.claims.claim(exp.number):
-                    if self.store.read_note(exp.commit) is None:
-                        return exp
+                    record = self.store.read_note(exp.commit)
+                    if pending(record):
+                        return gitstore.Experiment(exp.number, exp.commit, exp.parent, exp.description, record)
                     self.claims.release(exp.number)  # finished meanwhile
         return None
 
@@ -290,30 +298,40 @@ class Loop:
         record = self.store.read_note(root)
         if record is not None:
             return record
-        values, results = [], []
-        for i in range(max(1, self.config.noise.noise_runs)):
-            self.display(f"baseline run {i + 1}/{max(1, self.config.noise.noise_runs)}")
-            result = run_commit(self.store, self.config, root, self.run_dir(0) / f"noise-{i}",
+        noise = self.config.noise
+        runs, slow, kept_dirs = [], [], []
+        while len(runs) < max(1, noise.noise_runs):
+            index = len(runs) + len(slow)
+            self.display(f"baseline run {len(runs) + 1}/{max(1, noise.noise_runs)}")
+            result = run_commit(self.store, self.config, root, self.run_dir(0) / f"noise-{index}",
                                 self._progress(0), self.stop_event)
             if self.stop_event.is_set():
                 return None
             if result.status != "ok":
                 raise LoopError(f"the baseline failed ({result.status}): {result.reason}\n"
                                 f"log: {result.log_path}\n{result.log_tail}")
-            values.append(result.metric)
-            results.append(result)
+            runs.append(result)
+            kept_dirs.append(index)
+            if len(runs) == max(1, noise.noise_runs) and len(slow) < noise.max_outlier_reruns:
+                rates = [throughput(r)["steps_per_s"] for r in runs]
+                slowest = min(range(len(runs)), key=lambda i: rates[i] or 0)
+                others = rates[:slowest] + rates[slowest + 1:]
+                if slow_run(rates[slowest], others, noise.outlier_share):
+                    # the machine was loaded: that run measures the load, not the noise
+                    slow.append({"value": runs[slowest].metric, "run": kept_dirs.pop(slowest),
+                                 **throughput(runs.pop(slowest))})
+                    self.display(f"baseline run at {rates[slowest]:.3f} steps/s is below "
+                                 f"{noise.outlier_share:g} x its peers': running it again")
+        values = [r.metric for r in runs]
         std = statistics.stdev(values) if len(values) > 1 else 0.0
-        noise = self.config.noise
-        if noise.min_delta is not None:
-            min_delta, rule = noise.min_delta, "[noise] min_delta"
-        elif noise.k_sigma * std >= noise.min_delta_floor:
-            min_delta, rule = noise.k_sigma * std, f"{noise.k_sigma:g} x noise std"
-        else:
-            min_delta, rule = noise.min_delta_floor, "[noise] min_delta_floor"
+        min_delta, rule = min_delta_rule(pooled_noise([values], noise.confidence), noise.k_sigma,
+                                         noise.min_delta, noise.min_delta_floor)
+        results = runs
         record = {"experiment": 0, "status": "baseline", "policy": "baseline",
                   **result_fields(results[-1], self.store),
                   "val_bpb": statistics.mean(values), "noise_runs": values, "noise_std": std,
-                  "noise_throughput": [throughput(r) for r in results],
+                  "noise_throughput": [throughput(r) for r in results], "noise_slow": slow,
+                  "noise_run_dirs": kept_dirs,
                   "min_delta": min_delta, "min_delta_rule": rule, "budget_s": self.config.run.budget_s,
                   "host": socket.gethostname(), "finished": time.time()}
         self.store.write_note(root, record)
@@ -414,9 +432,28 @@ class Loop:
             return None
         return lambda p: self.on_progress(dict(p, experiment=number))
 
-    # -- self-evaluation -----------------------------------------------------------------------
+    # -- one experiment: screen, confirm, conclude ----------------------------------------------
 
-    def run_experiment(self, number, commit, parent, description, data) -> dict | None:
+    def noise_floor(self) -> Floor:
+        records = [e.record for e in self.store.experiments() if e.record]
+        return floor(records, self.store.all_notes(VERIFY_REF).values(), self.config.noise,
+                     self.config.confirm)
+
+    def run_experiment(self, number, commit, parent, description, data, record=None) -> dict | None:
+        """Screen run, then (when it passes the screen) confirmation pairs, then the verdict;
+        `record`: a note left in `confirming` by an interrupted loop, resumed where it was.
+        None when interrupted (what was measured is in the note)."""
+        if record is None:
+            record = self.screen(number, commit, parent, description, data)
+            if record is None:
+                return None
+        if record["status"] == "confirming":
+            record = self.confirm(number, commit, parent, record)
+            if record is None:
+                return None
+        return self.conclude(number, commit, parent, description, record)
+
+    def screen(self, number, commit, parent, description, data) -> dict | None:
         self.display(f"#{number} {description}")
         started = time.time()
         monitor = self.early_stop.monitor()
@@ -428,38 +465,126 @@ class Loop:
         parent_record = self.store.read_note(parent) or {}
         best = self.store.best()
         best_record = self.store.read_note(best) or {}
-        baseline = self.baseline_record()
-        min_delta = baseline.get("min_delta", 0.0)
+        level = self.noise_floor()
+        direction = self.config.metric.direction
         record = {"experiment": number, "description": description, "started": started,
                   "finished": time.time(), "budget_s": self.config.run.budget_s,
                   "host": socket.gethostname(), "parent_val_bpb": parent_record.get("val_bpb"),
-                  "min_delta": min_delta, **data,
-                  **result_fields(result, self.store)}
+                  **level.fields(), **data, **result_fields(result, self.store)}
         if result.metric is not None and parent_record.get("val_bpb") is not None:
             record["delta"] = result.metric - parent_record["val_bpb"]
         if monitor is not None:
             record["comment"] = monitor.comment
             record["checks"] = [{k: (round(v, 6) if isinstance(v, float) else v)
                                  for k, v in vars(c).items()} for c in monitor.checks]
-        beat_parent = (result.status == "ok" and parent_record.get("val_bpb") is not None
-                       and result.metric < parent_record["val_bpb"] - min_delta)
+        reference, source = best_reference(best_record)
         if result.status != "ok":
             record["status"] = result.status
-        elif (parent == best and best_record.get("val_bpb") is not None
-              and result.metric < best_record["val_bpb"] - min_delta):
-            record["status"] = "keep"
+        elif parent != best or reference is None:
+            record["status"] = "discard"
+            record["reason"] = "best moved since it was proposed"
+            parent_value = parent_record.get("val_bpb")
+            if parent_value is not None and gain(result.metric, parent_value, direction) >= level.screen:
+                record["rebase"] = True  # it passed the screen against its parent: run it again on best
+        elif not self.config.confirm.enabled:  # the single-run rule
+            won = gain(result.metric, reference, direction) > level.min_delta
+            record["status"] = "keep" if won else "discard"
+            if not won:
+                record["reason"] = f"not better than {source} by more than min_delta {level.min_delta:.6f}"
+        elif gain(result.metric, reference, direction) >= level.screen:
+            cfg = self.config.confirm
+            record["status"] = "confirming"
+            record["confirmation"] = {"reference": reference, "reference_source": source,
+                                      "screen_gain": gain(result.metric, reference, direction),
+                                      "delta": level.min_delta, "sigma": level.sigma,
+                                      "alpha": cfg.alpha, "beta": cfg.beta, "max_pairs": cfg.max_pairs,
+                                      "pairs": [], "slow": []}
+            self.store.write_note(commit, record)  # a kill from here on resumes the pairs
         else:
             record["status"] = "discard"
-            if not record.get("reason"):
-                record["reason"] = (f"not better than best by more than min_delta {min_delta:.6f}"
-                                    if parent == best else "best moved since it was proposed")
+            record["reason"] = (f"screen: gain {gain(result.metric, reference, direction):+.6f} over "
+                                f"{source} below {level.screen:.6f} ({self.config.confirm.screen_sigma:g} "
+                                f"x noise std {level.sigma:.6f})")
+        return record
+
+    def confirm(self, number, commit, parent, record) -> dict | None:
+        """Pairs of fresh runs (candidate, best; order alternating) until the sequential test
+        decides. Each pair is in the note before the next starts: a kill loses at most the
+        pair that was running, and never repeats a recorded one."""
+        conf = record["confirmation"]
+        direction = self.config.metric.direction
+        parent_record = self.store.read_note(parent) or {}
+        while True:
+            verdict = sprt([p["gain"] for p in conf["pairs"]], conf["delta"], conf["sigma"],
+                           conf["alpha"], conf["beta"], conf["max_pairs"])
+            conf.update(verdict=verdict.text, llr=round(verdict.llr, 4))
+            if verdict.decision != "continue":
+                break
+            index = len(conf["pairs"]) + len(conf["slow"]) + 1
+            order = ("candidate", "best") if len(conf["pairs"]) % 2 == 0 else ("best", "candidate")
+            self.display(f"#{number} confirming: pair {len(conf['pairs']) + 1} ({verdict.text})")
+            runs = {}
+            for role in order:
+                result = run_commit(self.store, self.config, commit if role == "candidate" else parent,
+                                    self.run_dir(number) / f"confirm-{index}-{role}",
+                                    self._progress(number), self.stop_event, env_extra=self.env_extra)
+                if self.stop_event.is_set():
+                    return None
+                if result.status != "ok":
+                    who = "the candidate" if role == "candidate" else "best"
+                    record.update(status="discard", reason=f"confirmation: {who}'s re-run {index} "
+                                  f"ended {result.status}: {result.reason}")
+                    return record
+                runs[role] = result
+            pair = {"candidate": runs["candidate"].metric, "best": runs["best"].metric,
+                    "gain": gain(runs["candidate"].metric, runs["best"].metric, direction),
+                    "order": list(order), "finished": time.time(),
+                    "steps_per_s": {role: throughput(r)["steps_per_s"] for role, r in runs.items()}}
+            peers = {"candidate": [record.get("throughput", {}).get("steps_per_s")]
+                     + [p["steps_per_s"]["candidate"] for p in conf["pairs"]],
+                     "best": self.best_rates(parent_record) + [p["steps_per_s"]["best"] for p in conf["pairs"]]}
+            slow = [role for role in order if slow_run(pair["steps_per_s"][role], peers[role],
+                                                       self.config.noise.outlier_share)]
+            if slow and len(conf["slow"]) < self.config.noise.max_outlier_reruns:
+                conf["slow"].append(dict(pair, slow=slow))  # a loaded machine: run the pair again
+                self.display(f"#{number} pair {index}: {', '.join(slow)} ran slow; running it again")
+            else:
+                conf["pairs"].append(pair)
+            self.store.write_note(commit, record)
+        values = [p["candidate"] for p in conf["pairs"]]
+        record["screen_val_bpb"] = record["val_bpb"]
+        if values:  # the screen run was selected for looking good: the fresh runs are the value
+            record["val_bpb"] = statistics.fmean(values)
+            if record.get("parent_val_bpb") is not None:
+                record["delta"] = record["val_bpb"] - record["parent_val_bpb"]
+        record["status"] = verdict.decision
+        if verdict.decision == "discard":
+            record["reason"] = f"confirmation: {verdict.text}"
+        return record
+
+    @staticmethod
+    def best_rates(record: dict) -> list:
+        """Steps per second of runs of a best commit already on record (its peers)."""
+        rates = [t.get("steps_per_s") for t in record.get("noise_throughput") or []]
+        rates.append((record.get("throughput") or {}).get("steps_per_s"))
+        rates += [r.get("steps_per_s") for r in record.get("remeasured") or []]
+        return [r for r in rates if r]
+
+    def conclude(self, number, commit, parent, description, record) -> dict:
+        """Write the verdict, move best on a keep, rebase a gain that best's move overtook."""
+        baseline = self.baseline_record()
+        best = self.store.best()
         record["reward"] = reward(record, baseline, self.config.reward)
+        rebase = record.pop("rebase", False)
         self.store.write_note(commit, record)
-        if record["status"] == "keep" and not self.advance(best, commit, f"gitresearch: keep #{number} "
-                                                           f"val_bpb {result.metric:.6f}: {description}"):
-            record.update(status="discard", reason="best moved while it ran")
-            record["reward"] = reward(record, baseline, self.config.reward)
-        if record["status"] == "discard" and beat_parent and parent != self.store.best():
+        if record["status"] == "keep":
+            verdict = (record.get("confirmation") or {}).get("verdict", "")
+            message = f"gitresearch: keep #{number} val_bpb {record['val_bpb']:.6f}: {description}"
+            if best != parent or not self.advance(best, commit, message + (f"\n\n{verdict}" if verdict else "")):
+                record.update(status="discard", reason="best moved while it ran")
+                record["reward"] = reward(record, baseline, self.config.reward)
+                rebase = True
+        if rebase and record["status"] == "discard" and parent != self.store.best():
             # an improvement found against an older best: rebased and run again, never dropped
             record["reason"] += "; " + self.rebase(number, commit, description)
             self.store.write_note(commit, record)
@@ -467,7 +592,9 @@ class Loop:
             self.store.write_note(commit, record)
         if self.remote:
             self.remote.publish_notes()
-        shown = f"{result.metric:.6f}" if result.metric is not None else "-"
+        value = record.get("val_bpb")
+        shown = f"{value:.6f}" if value is not None else "-"
+        verdict = (record.get("confirmation") or {}).get("verdict") if record["status"] == "keep" else ""
         self.display(f"#{number} {record['status']}: val_bpb {shown} "
-                     f"{record.get('reason', '')}".rstrip())
+                     f"{verdict or record.get('reason', '')}".rstrip())
         return record
