@@ -4,6 +4,7 @@
     gitresearch loop --policy random --budget 20 --max-experiments 5
     gitresearch loop --policy llm --backend openai --model NAME [--base-url URL]
     gitresearch status | log [-n K] [--json] | show REV [--json] | run [REV]
+    gitresearch verify [REV...] [--chain] [--runs K]
     gitresearch plot -o progress.png | export --tsv results.tsv
     git bisect run gitresearch bisect-run [--rerun] [--threshold X]
 """
@@ -123,6 +124,31 @@ def run(rev, budget, as_json, no_sandbox):
             "log_tail": result.log_tail}
     click.echo(json.dumps(data) if as_json else report.format_result(data))
     sys.exit(0 if result.status == "ok" else 1)
+
+
+@main.command()
+@click.argument("revs", nargs=-1)
+@click.option("--chain", is_flag=True, help="also every step of best's chain (the default without REV)")
+@click.option("--runs", type=click.IntRange(1), default=3, show_default=True, help="pairs per commit")
+@click.option("--budget", type=float, help="training seconds [run] budget_s")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per verified commit")
+@click.option("--no-sandbox", is_flag=True, default=None, help="run without a sandbox")
+def verify(revs, chain, runs, budget, as_json, no_sandbox):
+    """Re-run commits (default: each step of best's chain) against their parents, K pairs
+    each, and record whether each gain reproduces (refs/notes/gitresearch-verify)."""
+    root = _repo_root()
+    config = _load(root, **{"run.budget_s": budget, "sandbox.mode": "none" if no_sandbox else None})
+    with report.LiveProgress(console) as live:
+        try:
+            done = Loop(root, config, display=live.log, on_progress=live.update).verify(revs, chain, runs)
+        except (LoopError, GitError, ValueError) as err:
+            raise click.ClickException(str(err)) from err
+    if as_json:
+        for entry in done:
+            click.echo(json.dumps(entry))
+    else:
+        report.print_verify(done, Console())
+    sys.exit(0 if done and all(e["verdict"] == "confirmed" for e in done) else 1)
 
 
 @main.command()

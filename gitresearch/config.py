@@ -42,7 +42,7 @@ class FilesConfig:
 @dataclass(frozen=True)
 class MetricConfig:
     name: str = "val_bpb"  # key in the summary block and metrics JSON lines
-    direction: str = "minimize"
+    direction: str = "minimize"  # the only direction: print the negative of a metric to maximise
     # A frozen evaluation command (run in the repo's frozen files, in a fresh sandbox, after
     # training) whose number is the result; empty: train.py's own number is (self-reported).
     evaluate: tuple[str, ...] = ()
@@ -226,4 +226,8 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
             continue
         section, name = key.split(".")
         sections[section] = replace(sections[section], **{name: value})
+    if sections["metric"].direction != "minimize":
+        raise ConfigError(f"{path} [metric] direction = {sections['metric'].direction!r}: only "
+                          f"\"minimize\" is supported; to maximise a score, have the script (or the "
+                          f"evaluator) report its negative, e.g. neg_accuracy")
     return Config(schema=schema, **sections)

@@ -30,9 +30,9 @@ import numpy as np
 from scipy import stats
 
 
-def gain(value: float, reference: float, direction: str = "minimize") -> float:
-    """How much better `value` is than `reference` (positive: better)."""
-    return reference - value if direction == "minimize" else value - reference
+def gain(value: float, reference: float) -> float:
+    """How much better `value` is than `reference` (positive: better; the metric is minimised)."""
+    return reference - value
 
 
 # -- the noise floor ---------------------------------------------------------------------------
@@ -83,10 +83,10 @@ def measurement_groups(records: Iterable[dict], verifications: Iterable[dict] = 
         groups.append([p["candidate"] for p in pairs])
         groups.append([p["best"] for p in pairs])
         remeasured = record.get("remeasured") or []
-        groups.append([r["value"] for r in remeasured if not r.get("outlier")])
-    for verification in verifications:
-        for runs in (verification.get("runs") or {}).values():
-            groups.append(list(runs))
+        groups.append([r["value"] for r in remeasured if not (r.get("outlier") or r.get("drift"))])
+    for note in verifications:
+        for verification in note.get("verifications") or []:
+            groups += [list(runs) for runs in (verification.get("runs") or {}).values()]
     return groups
 
 
@@ -180,7 +180,7 @@ def error_rates(true_gain: float, delta: float, sigma: float, alpha: float, beta
         keep += float((alive * cross_up) @ weights)
         alive = (alive * weights) @ kernel
         p_alive = float(alive @ weights)
-    return {"keep": keep, "expected_pairs": expected_pairs}
+    return {"keep": float(keep), "expected_pairs": float(expected_pairs)}
 
 
 # -- the repo's current floor ------------------------------------------------------------------

@@ -72,6 +72,8 @@ def git(*args: str, cwd: Path, check: bool = True, input: str | None = None,
 
 def note_text(record: dict) -> str:
     """A note: one line a person reads in `git log`, a blank line, then the record as JSON."""
+    if "verifications" in record:
+        return verify_text(record)
     metric = record.get("val_bpb")
     shown = f"val_bpb {metric:.6f}" if isinstance(metric, (int, float)) else "val_bpb -"
     parts = [f"gitresearch #{record.get('experiment', '?')}", record.get("status", "?"), shown]
@@ -83,6 +85,18 @@ def note_text(record: dict) -> str:
         parts.append(str(record["reason"]).splitlines()[0][:120])
     body = json.dumps({"schema": NOTE_SCHEMA, **record}, sort_keys=True)
     return " | ".join(parts) + "\n\n" + body + "\n"
+
+
+def verify_text(record: dict) -> str:
+    """A verification note: the newest verdict on one line, then every verification as JSON."""
+    newest = record["verifications"][-1]
+    line = f"gitresearch verify | {newest.get('verdict', '?')}"
+    if isinstance(newest.get("gain"), (int, float)):
+        low, high = newest["ci95"]
+        line += (f" | gain {newest['gain']:+.6f} (95% {low:+.6f} to {high:+.6f}) over "
+                 f"{len(newest.get('pairs') or [])} pairs")
+    body = json.dumps({"schema": NOTE_SCHEMA, **record}, sort_keys=True)
+    return line + "\n\n" + body + "\n"
 
 
 def parse_note(text: str) -> dict:
@@ -220,6 +234,10 @@ class Store:
             return self.repo[tree][path].filemode
         except KeyError:
             return None
+
+    def parent_of(self, commit: str) -> str | None:
+        parents = self.repo[commit].peel(pygit2.Commit).parent_ids
+        return str(parents[0]) if parents else None
 
     def tree_of(self, commit: str) -> str:
         return str(self.repo[commit].peel(pygit2.Commit).tree_id)

@@ -7,7 +7,8 @@ import collections
 from dataclasses import dataclass
 
 from .config import Config
-from .gitstore import Experiment, GitError, Store
+from .confirm import Floor, floor
+from .gitstore import VERIFY_REF, Experiment, GitError, Store
 from .policies import State
 
 
@@ -68,9 +69,11 @@ def best_chain(store: Store, experiments: list[Experiment] | None = None) -> lis
     return chain
 
 
-def diagnostics(experiments: list[Experiment], baseline: dict | None = None) -> dict:
-    """Counts and recent failure reasons over every experiment; the noise floor from the
-    baseline's note (`baseline`, else experiment 0 when `experiments` holds it)."""
+def diagnostics(experiments: list[Experiment], baseline: dict | None = None,
+                level: Floor | None = None, best_record: dict | None = None) -> dict:
+    """Counts and recent failure reasons over every experiment; the noise floor pooled from
+    every repeat (`level`; else the baseline's own, from `baseline` or experiment 0 when
+    `experiments` holds it); drift when best's newest re-run found the machine changed."""
     records = [e.record for e in experiments if e.record is not None and e.number > 0]
     counts = collections.Counter(r.get("status", "?") for r in records)
     if baseline is None:
@@ -79,11 +82,25 @@ def diagnostics(experiments: list[Experiment], baseline: dict | None = None) -> 
     recent_failures = [f"#{r.get('experiment')} {r.get('status')}: {r.get('reason', '')}"[:240]
                        for r in records[:32] if r.get("status") in ("crash", "timeout", "invalid")][:5]
     since_keep = next((i for i, r in enumerate(records) if r.get("status") == "keep"), len(records))
+    noise = {"noise_std": baseline.get("noise_std"), "noise_n": len(baseline.get("noise_runs") or []),
+             "min_delta": baseline.get("min_delta"), "min_delta_rule": baseline.get("min_delta_rule"),
+             "noise_upper": None, "screen_threshold": None}
+    if level is not None and level.noise is not None:
+        noise = {"noise_std": level.noise.std, "noise_n": level.noise.dof + level.noise.groups,
+                 "noise_upper": level.noise.upper, "min_delta": level.min_delta,
+                 "min_delta_rule": level.rule, "screen_threshold": level.screen}
+    remeasured = (best_record or {}).get("remeasured") or []
+    drift = remeasured[-1].get("reason") if remeasured and remeasured[-1].get("drift") else None
     return {"experiments": len(records), "by_status": dict(counts.most_common()),
-            "baseline_val_bpb": baseline.get("val_bpb"), "noise_std": baseline.get("noise_std"),
-            "noise_n": len(baseline.get("noise_runs") or []),
-            "min_delta": baseline.get("min_delta"), "since_last_keep": since_keep,
-            "early_stopped": len(stopped), "recent_failures": recent_failures}
+            "baseline_val_bpb": baseline.get("val_bpb"), **noise, "drift": drift,
+            "since_last_keep": since_keep, "early_stopped": len(stopped),
+            "recent_failures": recent_failures}
+
+
+def current_floor(store: Store, config: Config, records: list[dict]) -> Floor:
+    """The noise floor pooled from `records` (every note, baseline included) and the
+    verification notes."""
+    return floor(records, store.all_notes(VERIFY_REF).values(), config.noise, config.confirm)
 
 
 def baseline_record(store: Store) -> dict:
@@ -112,9 +129,11 @@ def build_state(store: Store, config: Config, experiments: list[Experiment]) -> 
         if sha and sha not in tried and (exp.record or {}).get("status") != "invalid":
             tried[sha] = exp.number
     files = {p: store.read_file(base, p) for p in config.files.editable}
+    baseline = baseline_record(store)
+    level = current_floor(store, config, [baseline] + [e.record for e in experiments if e.record])
     policy = config.policy
     state = State(base, files, history_window(store, experiments, policy.history_k, policy.diff_chars),
                   best_chain(store, experiments), config, frozenset(tried),
-                  diagnostics(experiments, baseline_record(store)),
+                  diagnostics(experiments, baseline, level, store.read_note(base)),
                   read_agenda(store, base, policy.agenda))
     return state, tried

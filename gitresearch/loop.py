@@ -4,6 +4,7 @@ included, resumes where it was: an experiment with a ref but no note is run agai
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -18,9 +19,10 @@ from pathlib import Path
 from typing import Callable
 
 from . import gitstore
+from . import verify as verify_mod
 from .config import Config
-from .gitstore import VERIFY_REF, Store
-from .history import baseline_record, build_state
+from .gitstore import Store
+from .history import baseline_record, build_state, current_floor
 from .policies import PolicyError, make_policy
 from .policies.reward import novelty, reward
 from .proposal import clean_text, diff_sha, propose_valid
@@ -29,7 +31,7 @@ from .processes import kill_orphans
 from .runner import RunResult, SetupError, run_evaluation, run_setup, run_training
 from .sandbox import SandboxError, mode as sandbox_mode
 from .calibration import EarlyStop
-from .confirm import Floor, best_reference, floor, gain, pooled_noise, min_delta_rule, slow_run, sprt
+from .confirm import Floor, best_reference, gain, pooled_noise, min_delta_rule, slow_run, sprt
 from .workers import Claims, RepoLock, run_workers
 
 STOP_FILE = "STOP"  # touch <git dir>/gitresearch/STOP to stop before the next experiment
@@ -140,15 +142,47 @@ class Loop:
         self.display(f"received {signal.Signals(signum).name}: stopping the run, state is in git")
         self.stop_event.set()
 
-    def run(self) -> LoopReport:
+    @contextmanager
+    def holding_repo(self):
+        """The repo's loop lock, with SIGINT/SIGTERM stopping the run in progress."""
         with RepoLock(self.store):
             handlers = {sig: signal.signal(sig, self._handle_signal)
                         for sig in (signal.SIGINT, signal.SIGTERM)}
             try:
-                return self._run()
+                yield
             finally:
                 for sig, handler in handlers.items():
                     signal.signal(sig, handler)
+
+    def run(self) -> LoopReport:
+        with self.holding_repo():
+            return self._run()
+
+    def verify(self, revs: tuple[str, ...] = (), chain: bool = False, runs: int = 3) -> list[dict]:
+        """`gitresearch verify`: each commit (default: best's chain) re-run `runs` times in
+        pairs with its parent; the verification records, newest last."""
+        with self.holding_repo():
+            try:
+                sandbox_mode(self.config)
+            except SandboxError as err:
+                raise LoopError(str(err)) from err
+            self.setup()
+            sigma = self.noise_floor().sigma
+            done = []
+            for commit, parent in verify_mod.targets(self.store, revs, chain):
+                self.display(f"verifying {commit[:12]} {self.store.subject(commit)} against {parent[:12]}")
+
+                def run(rev, name, commit=commit):
+                    folder = self.store.state_dir / "runs" / "verify" / f"{commit[:12]}-{name}"
+                    return run_commit(self.store, self.config, rev, folder, self._progress(0),
+                                      self.stop_event, env_extra=self.env_extra)
+                entry = verify_mod.verify_one(self.store, self.config, commit, parent, runs, run, sigma,
+                                              self.stop_event)
+                if entry is None:
+                    break
+                done.append({"commit": commit, "description": self.store.subject(commit), **entry})
+                self.display(f"{commit[:12]}: {entry['verdict']}")
+            return done
 
     def _run(self) -> LoopReport:
         start = time.monotonic()
@@ -190,6 +224,9 @@ class Loop:
             reason = self.stop_reason(finished, start)
             if reason:
                 report.stop_reason = reason
+                return report
+            if self.remeasure_due(experiments) and self.remeasure(experiments) is None:
+                report.stop_reason = "interrupted"
                 return report
             exp = self.claim_pending(experiments)  # before the count: a pending one is never left
             if exp is not None:  # interrupted before its note, or a rebase: run it, never duplicate it
@@ -435,9 +472,61 @@ class Loop:
     # -- one experiment: screen, confirm, conclude ----------------------------------------------
 
     def noise_floor(self) -> Floor:
-        records = [e.record for e in self.store.experiments() if e.record]
-        return floor(records, self.store.all_notes(VERIFY_REF).values(), self.config.noise,
-                     self.config.confirm)
+        return current_floor(self.store, self.config, [e.record for e in self.store.experiments() if e.record])
+
+    # -- best re-measured ----------------------------------------------------------------------
+
+    def remeasure_due(self, experiments) -> bool:
+        cfg = self.config.confirm
+        record = self.store.read_note(self.store.best()) or {}
+        if not record or self.worker != 0:  # one worker re-measures for all
+            return False
+        runs = record.get("remeasured") or []
+        newest = experiments[0].number if experiments else 0
+        since = newest - max([record.get("experiment") or 0] + [r.get("after", 0) for r in runs])
+        last = max([record.get("finished") or 0] + [r.get("finished", 0) for r in runs])
+        return bool((cfg.remeasure_every and since >= cfg.remeasure_every)
+                    or (cfg.remeasure_hours and time.time() - last >= cfg.remeasure_hours * 3600))
+
+    def remeasure(self, experiments) -> dict | None:
+        """Re-run best once; a value outside its band or a throughput change marks drift,
+        which `status` and the prompts report and which makes the screen compare candidates
+        with this fresh run. The run is appended to best's note."""
+        cfg = self.config.confirm
+        best = self.store.best()
+        record = self.store.read_note(best) or {}
+        runs = record.setdefault("remeasured", [])
+        number = record.get("experiment") or 0
+        self.display(f"re-measuring best (#{number})")
+        result = run_commit(self.store, self.config, best, self.run_dir(number) / f"remeasure-{len(runs)}",
+                            self._progress(number), self.stop_event, env_extra=self.env_extra)
+        if self.stop_event.is_set():
+            return None
+        after = experiments[0].number if experiments else 0
+        entry = {"value": result.metric, "status": result.status, "after": after, "finished": time.time(),
+                 **throughput(result)}
+        if result.status != "ok":
+            entry.update(outlier=True, drift=False, reason=f"re-run ended {result.status}: {result.reason}")
+        else:
+            level = self.noise_floor()
+            band = cfg.drift_sigma * math.sqrt(2) * level.sigma
+            rates = self.best_rates(record)
+            rate = entry["steps_per_s"]
+            change = rate / statistics.median(rates) - 1 if rate and rates else 0.0
+            reasons = []
+            if abs(result.metric - record["val_bpb"]) > band:
+                reasons.append(f"value {result.metric:.6f} is {result.metric - record['val_bpb']:+.6f} from "
+                               f"best's {record['val_bpb']:.6f} (band ±{band:.6f})")
+            if abs(change) > cfg.drift_throughput:
+                reasons.append(f"steps/s {change:+.0%} from best's runs")
+            entry.update(drift=bool(reasons), reason="; ".join(reasons) or "within its band",
+                         outlier=slow_run(rate, rates, self.config.noise.outlier_share))
+        runs.append(entry)
+        self.store.write_note(best, record)
+        if self.remote:
+            self.remote.publish_notes()
+        self.display(f"best re-measured: {entry['reason']}" + (" (DRIFT)" if entry["drift"] else ""))
+        return entry
 
     def run_experiment(self, number, commit, parent, description, data, record=None) -> dict | None:
         """Screen run, then (when it passes the screen) confirmation pairs, then the verdict;
@@ -466,7 +555,6 @@ class Loop:
         best = self.store.best()
         best_record = self.store.read_note(best) or {}
         level = self.noise_floor()
-        direction = self.config.metric.direction
         record = {"experiment": number, "description": description, "started": started,
                   "finished": time.time(), "budget_s": self.config.run.budget_s,
                   "host": socket.gethostname(), "parent_val_bpb": parent_record.get("val_bpb"),
@@ -484,25 +572,25 @@ class Loop:
             record["status"] = "discard"
             record["reason"] = "best moved since it was proposed"
             parent_value = parent_record.get("val_bpb")
-            if parent_value is not None and gain(result.metric, parent_value, direction) >= level.screen:
+            if parent_value is not None and gain(result.metric, parent_value) >= level.screen:
                 record["rebase"] = True  # it passed the screen against its parent: run it again on best
         elif not self.config.confirm.enabled:  # the single-run rule
-            won = gain(result.metric, reference, direction) > level.min_delta
+            won = gain(result.metric, reference) > level.min_delta
             record["status"] = "keep" if won else "discard"
             if not won:
                 record["reason"] = f"not better than {source} by more than min_delta {level.min_delta:.6f}"
-        elif gain(result.metric, reference, direction) >= level.screen:
+        elif gain(result.metric, reference) >= level.screen:
             cfg = self.config.confirm
             record["status"] = "confirming"
             record["confirmation"] = {"reference": reference, "reference_source": source,
-                                      "screen_gain": gain(result.metric, reference, direction),
+                                      "screen_gain": gain(result.metric, reference),
                                       "delta": level.min_delta, "sigma": level.sigma,
                                       "alpha": cfg.alpha, "beta": cfg.beta, "max_pairs": cfg.max_pairs,
                                       "pairs": [], "slow": []}
             self.store.write_note(commit, record)  # a kill from here on resumes the pairs
         else:
             record["status"] = "discard"
-            record["reason"] = (f"screen: gain {gain(result.metric, reference, direction):+.6f} over "
+            record["reason"] = (f"screen: gain {gain(result.metric, reference):+.6f} over "
                                 f"{source} below {level.screen:.6f} ({self.config.confirm.screen_sigma:g} "
                                 f"x noise std {level.sigma:.6f})")
         return record
@@ -512,7 +600,6 @@ class Loop:
         decides. Each pair is in the note before the next starts: a kill loses at most the
         pair that was running, and never repeats a recorded one."""
         conf = record["confirmation"]
-        direction = self.config.metric.direction
         parent_record = self.store.read_note(parent) or {}
         while True:
             verdict = sprt([p["gain"] for p in conf["pairs"]], conf["delta"], conf["sigma"],
@@ -537,7 +624,7 @@ class Loop:
                     return record
                 runs[role] = result
             pair = {"candidate": runs["candidate"].metric, "best": runs["best"].metric,
-                    "gain": gain(runs["candidate"].metric, runs["best"].metric, direction),
+                    "gain": gain(runs["candidate"].metric, runs["best"].metric),
                     "order": list(order), "finished": time.time(),
                     "steps_per_s": {role: throughput(r)["steps_per_s"] for role, r in runs.items()}}
             peers = {"candidate": [record.get("throughput", {}).get("steps_per_s")]

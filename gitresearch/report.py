@@ -10,7 +10,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import sandbox
+from . import verify as verify_mod
 from .config import Config
+from .history import current_floor
 from .gitstore import GitError, Store
 
 LOG_KEYS = ("experiment", "commit", "parent", "status", "val_bpb", "delta", "description",
@@ -71,9 +73,16 @@ def summarise(store: Store, config: Config | None = None) -> dict:
     sandboxes = collections.Counter(n.get("sandbox", "none") for n in ran)
     evaluator = " ".join(config.metric.evaluate) if config and config.metric.evaluate else None
     base = baseline or {}
+    level = current_floor(store, config or Config(), notes)
+    remeasured = best.get("remeasured") or []
+    drift = remeasured[-1] if remeasured and remeasured[-1].get("drift") else None
     return {
-        "noise_std": base.get("noise_std"), "noise_n": len(base.get("noise_runs") or []),
-        "min_delta": base.get("min_delta"), "min_delta_rule": base.get("min_delta_rule"),
+        "noise_std": level.noise.std if level.noise else base.get("noise_std"),
+        "noise_n": level.noise.dof + level.noise.groups if level.noise else len(base.get("noise_runs") or []),
+        "noise_dof": level.noise.dof if level.noise else 0,
+        "noise_upper": level.noise.upper if level.noise else None,
+        "min_delta": level.min_delta, "min_delta_rule": level.rule, "screen_threshold": level.screen,
+        "drift": drift, "best_remeasured": len(remeasured),
         "sandbox_host": sandbox.probe().describe(),
         "sandbox_mode": config.sandbox.mode if config else None,
         "evaluator": evaluator, "metric_sources": dict(sources), "sandboxes": dict(sandboxes),
@@ -84,9 +93,24 @@ def summarise(store: Store, config: Config | None = None) -> dict:
         "mean_budget_share": sum(shares) / len(shares) if shares else None,
         "compute_saved": saved / total_budget if total_budget else 0.0,
         "best_chain": [{"commit": c, "experiment": n.get("experiment"), "val_bpb": n.get("val_bpb"),
-                        "status": n.get("status"), "description": store.subject(c)}
+                        "status": n.get("status"), "description": store.subject(c),
+                        "evidence": evidence(store, c, n)}
                        for c, n in zip(chain_commits, chain)],
     }
+
+
+def evidence(store: Store, commit: str, record: dict) -> str:
+    """How far a step of best's chain is trusted: its newest verification, else how it was
+    kept (confirmation pairs, or the single-run rule)."""
+    checked = verify_mod.latest(store, commit)
+    if checked:
+        pairs = len(checked.get("pairs") or [])
+        return f"{checked['verdict']} by verify ({pairs} pairs, gain {_fmt(checked.get('gain'), '+.6f')})"
+    if record.get("status") == "baseline":
+        return "baseline"
+    if (record.get("confirmation") or {}).get("verdict"):
+        return "confirmed: " + record["confirmation"]["verdict"]
+    return "unconfirmed: kept on a single run" if record.get("status") == "keep" else "-"
 
 
 def _fmt(value, spec=".6f"):
@@ -113,21 +137,40 @@ def print_status(store: Store, console: Console, config: Config | None = None) -
     table.add_row("best val_bpb", _fmt(s["best_val_bpb"]) + gain)
     if s["noise_std"] is not None:
         rule = f" = {escape(s['min_delta_rule'])}" if s["min_delta_rule"] else ""
-        table.add_row("noise floor", f"std {_fmt(s['noise_std'])} over {s['noise_n']} baseline runs; "
-                                     f"a keep must beat best by {_fmt(s['min_delta'])}{rule}")
+        upper = f", upper bound {_fmt(s['noise_upper'])}" if s["noise_upper"] is not None else ""
+        table.add_row("noise floor", f"std {_fmt(s['noise_std'])} pooled over {s['noise_n']} repeated runs "
+                                     f"({s['noise_dof']} dof){upper}; a keep must beat best by "
+                                     f"{_fmt(s['min_delta'])}{rule}; a run gaining "
+                                     f"{_fmt(s['screen_threshold'])} is confirmed in pairs")
+    if s["drift"]:
+        table.add_row("[red]drift[/red]", f"[red]best's newest re-run: {escape(s['drift']['reason'])}; "
+                                          "candidates are judged against fresh runs of best[/red]")
     table.add_row("experiments per hour", _fmt(s["experiments_per_hour"], ".1f"))
     share = s["mean_budget_share"]
     table.add_row("mean budget share used", "-" if share is None else f"{100 * share:.1f}%")
     table.add_row("compute saved by early stop", f"{100 * s['compute_saved']:.1f}%")
     console.print(table)
     chain = Table(title="best chain (newest first)")
-    for col in ("#", "commit", "val_bpb", "status", "description"):
+    for col in ("#", "commit", "val_bpb", "status", "evidence", "description"):
         chain.add_column(col)
     for link in s["best_chain"]:
         chain.add_row(str(link["experiment"]), link["commit"][:10], _fmt(link["val_bpb"]),
-                      link["status"] or "-", link["description"])
+                      link["status"] or "-", escape(link["evidence"]), escape(link["description"]))
     console.print(chain)
     return s
+
+
+def print_verify(done: list[dict], console: Console) -> None:
+    table = Table(title="verify: does each gain reproduce?")
+    for col in ("commit", "pairs", "gain", "95% interval", "verdict", "description"):
+        table.add_column(col)
+    for e in done:
+        low, high = e["ci95"] or (None, None)
+        colour = "green" if e["verdict"] == "confirmed" else "yellow"
+        table.add_row(e["commit"][:10], str(len(e["pairs"])), _fmt(e["gain"], "+.6f"),
+                      f"{_fmt(low, '+.6f')} to {_fmt(high, '+.6f')}", f"[{colour}]{e['verdict']}[/{colour}]",
+                      escape(e["description"]))
+    console.print(table)
 
 
 def print_log(rows: list[dict], console: Console) -> None:

@@ -6,7 +6,7 @@ import stat
 from pathlib import Path
 
 from .config import CONFIG_FILE
-from .gitstore import NOTES_REF, Store, git
+from .gitstore import NOTES_REF, VERIFY_REF, Store, git
 
 PROJECT = Path(__file__).resolve().parents[1]
 TEMPLATES = {"nanochat": PROJECT / "target_repo"}
@@ -65,8 +65,10 @@ def init_repo(directory: Path, template: str | None = None) -> list[str]:
         shutil.copy2(HOOK, hook)
         hook.chmod(hook.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         done.append(f"installed the frozen-file hook {hook}")
-    git("config", "notes.displayRef", NOTES_REF, cwd=directory)
-    done.append(f"plain `git log` now shows {NOTES_REF}")
+    git("config", "--unset-all", "notes.displayRef", cwd=directory, check=False)
+    for ref in (NOTES_REF, VERIFY_REF):
+        git("config", "--add", "notes.displayRef", ref, cwd=directory)
+    done.append(f"plain `git log` now shows {NOTES_REF} and {VERIFY_REF}")
     if store.best() is None:
         head = store.resolve("HEAD")
         store.create_best(head)

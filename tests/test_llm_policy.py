@@ -5,12 +5,13 @@ import difflib
 import pytest
 
 from chat_server import ChatServer, reply, slow, status
-from gitresearch.config import LLMConfig, load
+from gitresearch.config import ConfirmConfig, LLMConfig, NoiseConfig, load
+from gitresearch.confirm import floor
 from gitresearch.gitstore import Store
 from gitresearch.history import build_state
 from gitresearch.policies import BackendError, InvalidReply, PolicyError
 from gitresearch.policies.backends import OpenAIBackend
-from gitresearch.policies.prompt import build_prompt
+from gitresearch.policies.prompt import build_prompt, render_diagnostics
 from gitresearch.policies.reply import parse_reply
 from helpers import FAKES, cli, make_repo, sh
 
@@ -296,4 +297,25 @@ def test_prompt_shows_the_baseline_and_the_noise_floor(tmp_path):
     prompt = server.requests[0]["body"]["messages"][-1]["content"]
     assert (f"baseline val_bpb {baseline['val_bpb']:.6f}, noise std {baseline['noise_std']:.6f} "
             f"(from 2 repeated runs); a change must beat the best by more than "
-            f"{baseline['min_delta']:.6f}") in prompt
+            f"{baseline['min_delta']:.6f} (lower is better), and is re-run against best before it "
+            f"is kept") in prompt
+
+
+def test_prompt_shows_the_pooled_floor_and_drift(tmp_path):
+    """Once confirmations and re-runs of best add repeats, the prompt shows the pooled std,
+    its sample size and upper bound, the threshold they set, and drift on best."""
+    repo = llm_repo(tmp_path)
+    cli("loop", "--max-experiments", "0", cwd=repo)
+    store = Store(repo)
+    base = store.best()
+    record = store.read_note(base)
+    record["noise_runs"] = [2.0, 2.02]
+    record["remeasured"] = [{"value": 2.01, "after": 1}, {"value": 2.3, "after": 2, "drift": True,
+                                                         "reason": "steps/s -40% from best's runs"}]
+    store.write_note(base, record)
+    level = floor([record], [], NoiseConfig(), ConfirmConfig())
+    state, _ = build_state(store, load(repo), [])
+    text = render_diagnostics(state)
+    assert (f"noise std {level.noise.std:.6f} (from 2 repeated runs; upper bound {level.noise.upper:.6f}); "
+            f"a change must beat the best by more than {level.min_delta:.6f}") in text
+    assert "the machine changed (a re-run of best drifted: steps/s -40% from best's runs)" in text

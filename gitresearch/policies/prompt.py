@@ -65,14 +65,20 @@ def render_best_chain(chain: list[dict]) -> str:
 
 def render_diagnostics(state: State) -> str:
     d, run = state.diagnostics, state.config.run
+    name = state.config.metric.name
     statuses = ", ".join(f"{k} {v}" for k, v in d.get("by_status", {}).items()) or "none yet"
     lines = [f"- experiments so far: {d.get('experiments', 0)} ({statuses})",
              f"- experiments since the last kept one: {d.get('since_last_keep', 0)}",
-             f"- baseline val_bpb {_num(d.get('baseline_val_bpb'), '.6f')}, noise std "
-             f"{_num(d.get('noise_std'), '.6f')} (from {d.get('noise_n', 0)} repeated runs); a change "
-             f"must beat the best by more than {_num(d.get('min_delta'), '.6f')}",
+             f"- baseline {name} {_num(d.get('baseline_val_bpb'), '.6f')}, noise std "
+             f"{_num(d.get('noise_std'), '.6f')} (from {d.get('noise_n', 0)} repeated runs"
+             + (f"; upper bound {_num(d.get('noise_upper'), '.6f')}" if d.get("noise_upper") else "")
+             + f"); a change must beat the best by more than {_num(d.get('min_delta'), '.6f')} "
+             f"(lower is better), and is re-run against best before it is kept",
              f"- training budget: {run.budget_s:g} s per run; hopeless runs are stopped early",
              f"- editable files: {', '.join(state.config.files.editable)}; everything else is frozen"]
+    if d.get("drift"):
+        lines.append(f"- the machine changed (a re-run of best drifted: {d['drift']}); "
+                     "gains are judged against fresh runs of best")
     lines += [f"- recent failure: {line}" for line in d.get("recent_failures", [])]
     return "\n".join(lines)
 
