@@ -41,7 +41,6 @@ import time
 from pathlib import Path
 
 from gitresearch import config as config_module
-from gitresearch.gitstore import Store
 from gitresearch.loop import Loop
 from gitresearch.pysource import set_constant
 

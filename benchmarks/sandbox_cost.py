@@ -8,7 +8,7 @@
    `none` (`--no-sandbox`: still a network namespace by `unshare`, the former default) and
    `bare` (no namespace at all). Cost = median over rounds of (bwrap s - other s).
 2. Evaluation of the bundled target on this machine: a real run of the nanochat target through
-   `loop.run_commit` (training in the sandbox, then the frozen evaluator in a fresh sandbox),
+   `trial.run_commit` (training in the sandbox, then the frozen evaluator in a fresh sandbox),
    and, on the same model, the former in-process figure: `prepare.evaluate_bpb` timed in this
    process, plus the one-off cost of `prepare.save_model` (torch.export) at the end of training.
 
@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from gitresearch import config as config_module  # noqa: E402
 from gitresearch.gitstore import Store  # noqa: E402
-from gitresearch.loop import run_commit  # noqa: E402
+from gitresearch.trial import run_commit  # noqa: E402
 from gitresearch.runner import run_training  # noqa: E402
 
 INSTANT = 'print("---")\nprint("val_bpb: 1.000000")\n'

@@ -37,7 +37,7 @@ def default_threshold(store: Store) -> float | None:
 def measure(store: Store, config: Config, commit: str, rerun: bool) -> tuple[float | None, str]:
     """(val_bpb, how it was found) of `commit`; None when it has none."""
     if rerun:
-        from .loop import run_commit
+        from .trial import run_commit
 
         (store.state_dir / "worktrees").mkdir(exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="gitresearch-bisect-") as tmp:
@@ -50,7 +50,7 @@ def measure(store: Store, config: Config, commit: str, rerun: bool) -> tuple[flo
         return None, "no gitresearch note (use --rerun to train it)"
     value = record.get("val_bpb")
     if not isinstance(value, (int, float)):
-        return None, f"note status {record.get('status')}: no val_bpb"
+        return None, f"note status {record.get('status')}: no {config.metric.name}"
     return value, f"note ({record.get('status')})"
 
 
@@ -61,10 +61,10 @@ def bisect_run(store: Store, config: Config, threshold: float | None, rerun: boo
     if threshold is None:
         threshold = default_threshold(store)
         if threshold is None:
-            return SKIP, "no threshold: give --threshold (the baseline or best has no val_bpb)"
+            return SKIP, f"no threshold: give --threshold (the baseline or best has no {config.metric.name})"
     value, source = measure(store, config, commit, rerun)
     if value is None:
         return SKIP, f"{commit[:12]}: skip, {source}"
     code = BETTER if value <= threshold else WORSE
     word = "better" if code == BETTER else "worse"
-    return code, f"{commit[:12]}: {word}, val_bpb {value:.6f} from {source} vs threshold {threshold:.6f}"
+    return code, f"{commit[:12]}: {word}, {config.metric.name} {value:.6f} from {source} vs threshold {threshold:.6f}"

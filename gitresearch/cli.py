@@ -25,7 +25,8 @@ from . import config as cfg
 from . import report
 from . import selfeval
 from .gitstore import GitError, Store
-from .loop import Loop, LoopError, run_commit
+from .loop import Loop, LoopError
+from .trial import run_commit
 from .policies import POLICIES, BackendError, PolicyError
 from .sandbox import SandboxError
 from .setup import SetupError, init_repo
@@ -90,7 +91,7 @@ def loop(policy, backend, model, base_url, budget, max_experiments, max_hours, p
                             "policy.name": policy, "llm.backend": backend, "llm.model": model,
                             "llm.base_url": base_url, "loop.workers": workers, "loop.remote": remote,
                             "sandbox.mode": "none" if no_sandbox else None})
-    with report.LiveProgress(console) as live:
+    with report.LiveProgress(console, config.metric.name) as live:
         try:
             outcome = Loop(root, config, display=live.log, on_progress=live.update).run()
         except (LoopError, PolicyError, BackendError, GitError) as err:  # RemoteError is a GitError
@@ -111,7 +112,7 @@ def run(rev, budget, as_json, no_sandbox):
     store = Store(root)
     commit = store.resolve(rev)
     (store.state_dir / "worktrees").mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="gitresearch-run-") as tmp, report.LiveProgress(console) as live:
+    with tempfile.TemporaryDirectory(prefix="gitresearch-run-") as tmp, report.LiveProgress(console, config.metric.name) as live:
         try:
             result = run_commit(store, config, commit, Path(tmp), on_progress=live.update)
         except SandboxError as err:
@@ -122,7 +123,7 @@ def run(rev, budget, as_json, no_sandbox):
             "reason": result.reason, "seconds": result.seconds,
             "training_seconds": result.training_seconds, "peak_memory_mb": result.peak_memory_mb,
             "log_tail": result.log_tail}
-    click.echo(json.dumps(data) if as_json else report.format_result(data))
+    click.echo(json.dumps(data) if as_json else report.format_result(data, config.metric.name))
     sys.exit(0 if result.status == "ok" else 1)
 
 
@@ -138,7 +139,7 @@ def verify(revs, chain, runs, budget, as_json, no_sandbox):
     each, and record whether each gain reproduces (refs/notes/gitresearch-verify)."""
     root = _repo_root()
     config = _load(root, **{"run.budget_s": budget, "sandbox.mode": "none" if no_sandbox else None})
-    with report.LiveProgress(console) as live:
+    with report.LiveProgress(console, config.metric.name) as live:
         try:
             done = Loop(root, config, display=live.log, on_progress=live.update).verify(revs, chain, runs)
         except (LoopError, GitError, ValueError) as err:
@@ -169,12 +170,13 @@ def status(as_json):
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per experiment")
 def log(count, as_json):
     """The experiment history, newest first."""
-    rows = report.log_records(Store(_repo_root()), count)
+    root = _repo_root()
+    rows = report.log_records(Store(root), count)
     if as_json:
         for row in rows:
             click.echo(json.dumps(row))
     else:
-        report.print_log(rows, Console())
+        report.print_log(rows, Console(), _load(root).metric.name)
 
 
 @main.command()
@@ -193,8 +195,9 @@ def show(rev, as_json):
 @main.command()
 @click.option("-o", "--output", default="progress.png", show_default=True, type=click.Path(dir_okay=False, path_type=Path))
 def plot(output):
-    """Chart every experiment's val_bpb and the running best (PNG, headless)."""
-    count = export.plot(Store(_repo_root()), output)
+    """Chart every experiment's metric and the running best (PNG, headless)."""
+    root = _repo_root()
+    count = export.plot(Store(root), output, metric=_load(root).metric.name)
     click.echo(f"wrote {output} ({count} experiments)")
 
 

@@ -45,7 +45,7 @@ def export_tsv(store: Store, path: Path) -> int:
     return len(data)
 
 
-def plot(store: Store, path: Path, title: str = "gitresearch progress") -> int:
+def plot(store: Store, path: Path, title: str = "gitresearch progress", metric: str = "val_bpb") -> int:
     """Every experiment's val_bpb in order: kept ones highlighted and labelled, discarded and
     early-stopped ones dimmed, failures marked on the axis; the running best as a step line."""
     import matplotlib
@@ -86,7 +86,7 @@ def plot(store: Store, path: Path, title: str = "gitresearch progress") -> int:
             ax.annotate(r["description"][:40], (i, r["val_bpb"]), textcoords="offset points",
                         xytext=(4, 6), fontsize=7, rotation=20)
     ax.set_xlabel("experiment")
-    ax.set_ylabel("val_bpb (lower is better)")
+    ax.set_ylabel(f"{metric} (lower is better)")
     ax.set_title(f"{title}: {len(data)} experiments")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper right", fontsize=8)

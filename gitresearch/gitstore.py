@@ -74,8 +74,8 @@ def note_text(record: dict) -> str:
     """A note: one line a person reads in `git log`, a blank line, then the record as JSON."""
     if "verifications" in record:
         return verify_text(record)
-    metric = record.get("val_bpb")
-    shown = f"val_bpb {metric:.6f}" if isinstance(metric, (int, float)) else "val_bpb -"
+    metric, name = record.get("val_bpb"), record.get("metric", "val_bpb")
+    shown = f"{name} {metric:.6f}" if isinstance(metric, (int, float)) else f"{name} -"
     parts = [f"gitresearch #{record.get('experiment', '?')}", record.get("status", "?"), shown]
     if isinstance(record.get("delta"), (int, float)):
         parts.append(f"delta {record['delta']:+.6f}")

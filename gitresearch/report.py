@@ -132,9 +132,10 @@ def print_status(store: Store, console: Console, config: Config | None = None) -
     table.add_row("experiments", str(s["experiments"]))
     for status, n in sorted(s["by_status"].items(), key=lambda item: -item[1]):
         table.add_row(f"  {status}", str(n))
-    table.add_row("baseline val_bpb", _fmt(s["baseline_val_bpb"]))
+    name = config.metric.name if config else "val_bpb"
+    table.add_row(f"baseline {name}", _fmt(s["baseline_val_bpb"]))
     gain = f" ({100 * s['relative_gain']:.2f}% better)" if s["relative_gain"] else ""
-    table.add_row("best val_bpb", _fmt(s["best_val_bpb"]) + gain)
+    table.add_row(f"best {name}", _fmt(s["best_val_bpb"]) + gain)
     if s["noise_std"] is not None:
         rule = f" = {escape(s['min_delta_rule'])}" if s["min_delta_rule"] else ""
         upper = f", upper bound {_fmt(s['noise_upper'])}" if s["noise_upper"] is not None else ""
@@ -151,7 +152,7 @@ def print_status(store: Store, console: Console, config: Config | None = None) -
     table.add_row("compute saved by early stop", f"{100 * s['compute_saved']:.1f}%")
     console.print(table)
     chain = Table(title="best chain (newest first)")
-    for col in ("#", "commit", "val_bpb", "status", "evidence", "description"):
+    for col in ("#", "commit", name, "status", "evidence", "description"):
         chain.add_column(col)
     for link in s["best_chain"]:
         chain.add_row(str(link["experiment"]), link["commit"][:10], _fmt(link["val_bpb"]),
@@ -173,9 +174,9 @@ def print_verify(done: list[dict], console: Console) -> None:
     console.print(table)
 
 
-def print_log(rows: list[dict], console: Console) -> None:
+def print_log(rows: list[dict], console: Console, metric: str = "val_bpb") -> None:
     table = Table()
-    for col in ("#", "commit", "status", "val_bpb", "delta", "seconds", "description"):
+    for col in ("#", "commit", "status", metric, "delta", "seconds", "description"):
         table.add_column(col)
     for r in rows:
         table.add_row(str(r["experiment"]), r["commit"][:10], r["status"] or "-", _fmt(r["val_bpb"]),
@@ -184,16 +185,16 @@ def print_log(rows: list[dict], console: Console) -> None:
     console.print(table)
 
 
-def format_result(data: dict) -> str:
-    return (f"{data['status']}: val_bpb {_fmt(data['val_bpb'])} in {data['seconds']:.1f}s"
+def format_result(data: dict, metric: str = "val_bpb") -> str:
+    return (f"{data['status']}: {metric} {_fmt(data['val_bpb'])} in {data['seconds']:.1f}s"
             + (f" ({data['reason']})" if data["reason"] else ""))
 
 
 class LiveProgress:
     """One live line: experiment, elapsed against budget, step, loss, metric (rich)."""
 
-    def __init__(self, console: Console):
-        self.console = console
+    def __init__(self, console: Console, metric: str = "val_bpb"):
+        self.console, self.metric = console, metric
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
                                  TimeElapsedColumn(), console=console, transient=True)
         self.task = None
@@ -211,7 +212,7 @@ class LiveProgress:
     def update(self, p: dict) -> None:
         text = (f"#{p.get('experiment', '-')} {p['elapsed']:.0f}/{p['budget']:.0f}s "
                 f"step {p['step'] if p['step'] is not None else '-'} "
-                f"loss {_fmt(p['train_loss'], '.4f')} val_bpb {_fmt(p['metric'], '.4f')}")
+                f"loss {_fmt(p['train_loss'], '.4f')} {self.metric} {_fmt(p['metric'], '.4f')}")
         if self.task is None:
             self.task = self.progress.add_task(text, total=p["budget"])
         self.progress.update(self.task, description=text, completed=min(p["elapsed"], p["budget"]),

@@ -36,7 +36,7 @@ class RepoLock:
             self.handle.seek(0)
             holder = self.handle.read().strip() or "unknown"
             self.handle.close()
-            from .loop import LoopError
+            from .judge import LoopError
 
             raise LoopError(f"another gitresearch loop holds {self.path} (pid {holder}); "
                             f"stop it first") from None

@@ -53,13 +53,13 @@ def render_entry(entry) -> str:
     return "\n".join(lines)
 
 
-def render_best_chain(chain: list[dict]) -> str:
+def render_best_chain(chain: list[dict], metric: str = "val_bpb") -> str:
     lines = []
     for link in chain:
         gain = f" ({link['delta']:+.6f})" if isinstance(link.get("delta"), float) else ""
         number = link.get("experiment")
         label = "baseline" if number == 0 else f"#{number}"
-        lines.append(f"- {label} val_bpb {_num(link.get('val_bpb'), '.6f')}{gain}: {link['description']}")
+        lines.append(f"- {label} {metric} {_num(link.get('val_bpb'), '.6f')}{gain}: {link['description']}")
     return "\n".join(lines) or "(no experiment kept yet)"
 
 
@@ -102,7 +102,7 @@ def build_prompt(state: State, count_tokens: Callable[[str], int], context_token
     budget = context_tokens - reply_tokens
     head = [f"# Research agenda\n{state.agenda.strip() or '(none given)'}",
             f"# The current best ({state.best_commit[:12]})\n{render_code(state.files)}",
-            f"# How the best got here (best chain, oldest first)\n{render_best_chain(state.best_chain)}"]
+            f"# How the best got here (best chain, oldest first)\n{render_best_chain(state.best_chain, state.config.metric.name)}"]
     tail = [f"# Diagnostics\n{render_diagnostics(state)}",
             "# Your task\nPropose the next experiment: one change to the current best, different "
             "from everything in the history. Reply with the Description line and one ```diff block."]
