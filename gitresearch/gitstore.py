@@ -81,6 +81,9 @@ def note_text(record: dict) -> str:
         parts.append(f"delta {record['delta']:+.6f}")
     if isinstance(record.get("seconds"), (int, float)):
         parts.append(f"{record['seconds']:.1f}s")
+    if record.get("status") == "keep":  # how far `git log best` may trust this step
+        verdict = (record.get("confirmation") or {}).get("verdict")
+        parts.append(f"confirmed: {verdict}" if verdict else "unconfirmed: kept on a single run")
     if record.get("reason"):
         parts.append(str(record["reason"]).splitlines()[0][:120])
     body = json.dumps({"schema": NOTE_SCHEMA, **record}, sort_keys=True)

@@ -124,7 +124,7 @@ def print_status(store: Store, console: Console, config: Config | None = None) -
     if s["sandbox_mode"] == "none":
         table.add_row("sandbox", "[red]off ([sandbox] mode = \"none\"): train.py runs with your file access[/red]")
     table.add_row("metric decided by", s["evaluator"] and f"the evaluator `{s['evaluator']}`"
-                  or "[yellow]train.py itself (self-reported; no [metric] evaluate)[/yellow]")
+                  or "[yellow]train.py itself (self-reported; no \\[metric] evaluate)[/yellow]")
     if s["metric_sources"]:
         table.add_row("  results by source", ", ".join(f"{k} {v}" for k, v in sorted(s["metric_sources"].items())))
     if s["sandboxes"].get("none"):

@@ -65,9 +65,10 @@ def init_repo(directory: Path, template: str | None = None) -> list[str]:
         shutil.copy2(HOOK, hook)
         hook.chmod(hook.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         done.append(f"installed the frozen-file hook {hook}")
+    # A glob: git warns about a displayRef that does not exist yet (the verify notes), not
+    # about a glob that matches nothing.
     git("config", "--unset-all", "notes.displayRef", cwd=directory, check=False)
-    for ref in (NOTES_REF, VERIFY_REF):
-        git("config", "--add", "notes.displayRef", ref, cwd=directory)
+    git("config", "notes.displayRef", f"{NOTES_REF}*", cwd=directory)
     done.append(f"plain `git log` now shows {NOTES_REF} and {VERIFY_REF}")
     if store.best() is None:
         head = store.resolve("HEAD")

@@ -58,8 +58,14 @@ def test_note_round_trip_is_lossless():
     record = {"experiment": 3, "status": "keep", "val_bpb": 0.9979001234567891, "delta": -1e-9,
               "reason": "line one\nline two", "nested": {"a": [1, 2.5, None, True]}, "emoji": "🙂"}
     text = note_text(record)
-    assert text.splitlines()[0] == "gitresearch #3 | keep | val_bpb 0.997900 | delta -0.000000 | line one"
+    assert text.splitlines()[0] == ("gitresearch #3 | keep | val_bpb 0.997900 | delta -0.000000 | "
+                                    "unconfirmed: kept on a single run | line one")
     assert parse_note(text) == {"schema": 1, **record}
+    confirmed = dict(record, metric="val_loss", confirmation={"verdict": "kept after 2 pairs: gain 0.1"})
+    assert note_text(confirmed).splitlines()[0] == (
+        "gitresearch #3 | keep | val_loss 0.997900 | delta -0.000000 | "
+        "confirmed: kept after 2 pairs: gain 0.1 | line one")
+    assert parse_note(note_text(confirmed)) == {"schema": 1, **confirmed}
 
 
 def test_notes_show_in_plain_git_log(store):

@@ -5,6 +5,7 @@ hooks, the data cache and the user's files are byte-for-byte unchanged; no secre
 note or a log."""
 import hashlib
 import os
+import re
 import shutil
 import socket
 import uuid
@@ -101,7 +102,7 @@ def test_hostile_edits_through_the_loop(tmp_path, nanochat_cache):
     repo = tmp_path / "research"
     shutil.copytree(TARGET, repo)
     config = repo / "gitresearch.toml"
-    config.write_text(config.read_text().replace("noise_runs = 3", "noise_runs = 1")
+    config.write_text(re.sub(r"noise_runs = \d+", "noise_runs = 1", config.read_text())
                       .replace("history_k = 32", "history_k = 32\nmax_tries = 1")
                       + '\n[llm]\nmodel = "scripted"\ntimeout_s = 5.0\nretries = 0\n')
     sh("git", "init", "-q", "-b", "main", cwd=repo)
