@@ -1,7 +1,7 @@
 """The self-evaluation fed from the repo: every run that trained its whole budget (at the
 current budget) adds its curve, read from <git dir>/gitresearch/runs/N/metrics.jsonl, and
 its final value, read from its note, to the calibration; each new run gets a Monitor with
-the best so far and the baseline's noise floor (SPEC 3)."""
+the best so far and the baseline's noise floor (docs/early-stop.md)."""
 from __future__ import annotations
 
 from pathlib import Path

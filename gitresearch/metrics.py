@@ -1,4 +1,4 @@
-"""The metrics protocol (SPEC 5.3): summary blocks, progress lines and JSON metric lines."""
+"""The metrics protocol (docs/runner.md): summary blocks, progress lines and JSON metric lines."""
 from __future__ import annotations
 
 import json

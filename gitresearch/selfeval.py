@@ -1,5 +1,5 @@
 """Self-evaluation: forecast a run's final metric from its learning curve and stop hopeless
-runs early with a sequential probability ratio test (SPEC 3).
+runs early with a sequential probability ratio test (docs/early-stop.md).
 
 The fit. L(t) = a * t^(-b) + c by nonlinear least squares (scipy.optimize.curve_fit, bounded:
 a >= 0, 0 < b <= 3, c >= 0) on the points with t >= WARMUP_FRACTION x the elapsed training

@@ -1,4 +1,4 @@
-"""The reward of an experiment (SPEC 4), stored in every note whatever the policy:
+"""The reward of an experiment (docs/policies.md), stored in every note whatever the policy:
 
     reward = improvement + efficiency + novelty - penalty
     improvement = w_improve * clip((parent val_bpb - val_bpb) / noise_std, +-improve_clip)

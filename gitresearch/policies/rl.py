@@ -1,5 +1,5 @@
 """The RL policy: a local LM writes the diffs and is fine-tuned online with PPO on the
-experiments' rewards (SPEC 2, 4).
+experiments' rewards (docs/policies.md).
 
     gitresearch loop --policy rl --model Qwen/Qwen2.5-Coder-0.5B-Instruct
     gitresearch loop --policy rl --model ./my-model      # [rl] settings in gitresearch.toml
