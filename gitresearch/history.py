@@ -27,6 +27,7 @@ class Entry:
     seconds: float | None  # wall seconds of the run
     peak_memory_mb: float | None
     diff: str  # truncated to diff_chars
+    confirmation: str = ""  # the confirmation's verdict (pairs, gain ± se, LLR), when it had one
 
 
 def truncate_diff(diff: str, limit: int) -> str:
@@ -44,7 +45,8 @@ def entry(store: Store, exp: Experiment, diff_chars: int) -> Entry:
     return Entry(exp.number, exp.commit, exp.parent, record.get("description") or exp.description,
                  record.get("status", "pending"), record.get("val_bpb"), record.get("delta"),
                  record.get("comment", ""), record.get("reason", ""), record.get("seconds"),
-                 record.get("peak_memory_mb"), truncate_diff(diff or "", diff_chars))
+                 record.get("peak_memory_mb"), truncate_diff(diff or "", diff_chars),
+                 (record.get("confirmation") or {}).get("verdict", ""))
 
 
 def history_window(store: Store, experiments: list[Experiment], k: int, diff_chars: int = 1500) -> list[Entry]:

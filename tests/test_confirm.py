@@ -10,9 +10,11 @@ import time
 import numpy as np
 import pytest
 
-from gitresearch.config import ConfirmConfig, NoiseConfig
+from gitresearch.config import ConfirmConfig, NoiseConfig, load
 from gitresearch.confirm import error_rates, floor, pooled_noise, slow_run, sprt
 from gitresearch.gitstore import Store
+from gitresearch.history import build_state
+from gitresearch.policies.prompt import render_entry
 from helpers import cli, make_repo, sh
 
 DEFAULT = ConfirmConfig()
@@ -157,6 +159,8 @@ def test_kill_9_during_a_confirmation_loses_nothing_and_repeats_nothing(tmp_path
         f"confirm-{i}-{role}" for i in (1, 2, 3) for role in ("best", "candidate")]
     log = json.loads(cli("show", "best", "--json", cwd=repo).stdout)
     assert log["confirmation"]["llr"] == pytest.approx(3.0)
+    state, _ = build_state(store, load(repo), [e for e in store.experiments() if e.number > 0])
+    assert f"confirmation: {conf['verdict']}" in render_entry(state.history[0])  # the policies see it
 
 
 def test_single_run_rule_when_confirmation_is_off(tmp_path):

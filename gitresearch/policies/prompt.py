@@ -47,6 +47,8 @@ def render_entry(entry) -> str:
              f"description: {entry.description}"]
     if entry.comment:
         lines.append(f"self-evaluation: {entry.comment}")
+    if entry.confirmation and entry.status != "discard":  # a discard's reason holds it
+        lines.append(f"confirmation: {entry.confirmation}")
     if entry.reason:
         lines.append(f"reason: {entry.reason[:600]}")
     lines.append(fence(entry.diff, "diff") if entry.diff.strip() else "(no diff)")
