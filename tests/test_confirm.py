@@ -110,13 +110,14 @@ def test_slow_runs_are_flagged_against_their_peers():
     assert not slow_run(1.0, [], 0.8) and not slow_run(None, [1.0], 0.8)
 
 
-def deterministic_repo(tmp_path):
+def deterministic_repo(tmp_path, step_s=0.0):
     """Fake train.py without noise: with [noise] min_delta 0.1 the test's sigma is 0.05, and
     DEPTH 4 -> 6 gains exactly 0.1, whose LLR is 1.0 per pair: kept after exactly 3 pairs."""
     repo = make_repo(tmp_path / "repo", config="min_delta = 0.1\n[early_stop]\nenabled = false\n")
-    source = (repo / "train.py").read_text().replace("STEP_S = 0.0", "STEP_S = 0.2")
-    (repo / "train.py").write_text(source)
-    sh("git", "commit", "-qam", "slow steps", cwd=repo)
+    source = (repo / "train.py").read_text().replace("STEP_S = 0.0", f"STEP_S = {step_s}")
+    if step_s:
+        (repo / "train.py").write_text(source)
+        sh("git", "commit", "-qam", "slow steps", cwd=repo)
     cli("init", cwd=repo)
     cli("loop", "--max-experiments", "0", cwd=repo)
     store = Store(repo)
@@ -127,7 +128,7 @@ def deterministic_repo(tmp_path):
 
 
 def test_kill_9_during_a_confirmation_loses_nothing_and_repeats_nothing(tmp_path):
-    repo, store, number, commit = deterministic_repo(tmp_path)
+    repo, store, number, commit = deterministic_repo(tmp_path, step_s=0.2)  # runs slow enough to kill in
     base = store.best()
     proc = subprocess.Popen([sys.executable, "-m", "gitresearch", "loop", "--max-experiments", "1"],
                             cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
