@@ -15,6 +15,10 @@ that every trial is judged against the same code. Early stop is off, so every sc
 a final value for the single-run rule. Null trials change nothing the run reads: a comment
 line, an unread constant, or a value in the CUDA branch of a conditional (this is a CPU).
 Power trials multiply the Muon learning rate MATRIX_LR by 3 (a known real gain).
+With --remeasure, best is re-run between trials every [confirm] remeasure_every experiments
+(production `Loop.remeasure`), so that a machine that drifts is caught as the loop catches it.
+An --out file that exists is resumed: its trials are not run again (the same seed gives the
+same trials), and a confirmation a kill interrupted is finished from its note.
 
 Output, one JSON object per line (stdout, and --out):
 - {"kind": "baseline", "values", "steps", "old_std", "old_min_delta", "noise_std", "min_delta"}
@@ -41,7 +45,7 @@ import time
 from pathlib import Path
 
 from gitresearch import config as config_module
-from gitresearch.loop import Loop
+from gitresearch.loop import Loop, pending
 from gitresearch.pysource import set_constant
 
 NULL_KINDS = ("comment", "unread constant", "CUDA branch")
@@ -75,7 +79,9 @@ def main() -> int:
     parser.add_argument("--power", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repo", type=Path, help="keep the research repo here (default: a temp dir)")
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, help="JSON lines; an existing file is resumed (its trials are not run again)")
+    parser.add_argument("--remeasure", action="store_true",
+                        help="re-run best between trials every [confirm] remeasure_every experiments, as the loop does")
     args = parser.parse_args()
     out = args.out.open("a") if args.out else None
 
@@ -97,29 +103,44 @@ def main() -> int:
         store.create_best(store.resolve("HEAD"))
     loop.setup()
     baseline = loop.ensure_baseline()
-    base = store.best()
+    base = store.experiment_commit(0)
+    if store.best() != base:
+        store.set_best(store.best(), base, "benchmark: best back to the baseline")
+    previous = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out and args.out.exists() else []
     first3 = baseline["noise_runs"][:3]
     old_std = statistics.stdev(first3)
     old_mean = statistics.fmean(first3)
     level = loop.noise_floor()
-    emit({"kind": "baseline", "values": baseline["noise_runs"],
-          "steps": [t["steps"] for t in baseline["noise_throughput"]], "slow": baseline.get("noise_slow"),
-          "old_mean": old_mean, "old_std": old_std, "old_min_delta": 2 * old_std,
-          "noise_std": level.noise.std if level.noise else None, "min_delta": level.min_delta})
+    if not previous:
+        emit({"kind": "baseline", "values": baseline["noise_runs"],
+              "steps": [t["steps"] for t in baseline["noise_throughput"]], "slow": baseline.get("noise_slow"),
+              "old_mean": old_mean, "old_std": old_std, "old_min_delta": 2 * old_std,
+              "noise_std": level.noise.std if level.noise else None, "min_delta": level.min_delta})
 
     rng = random.Random(args.seed)
     source = store.read_file(base, "train.py")
     trials = [("null", i) for i in range(args.nulls)] + [("power", i) for i in range(args.power)]
     rng.shuffle(trials)
+    done = len([r for r in previous if r.get("kind") == "trial"])
     for n, (kind, i) in enumerate(trials, 1):
         if kind == "null":
-            edited, description = null_edit(source, i, rng)
+            edited, description = null_edit(source, i, rng)  # drawn for every trial: the same edits on resume
         else:
             edited, description = set_constant(source, "MATRIX_LR", "({}) * 3"), f"power {i}: MATRIX_LR x3"
-        tree, _ = store.apply_diff(base, store.make_diff("train.py", source, edited))
-        number, commit = store.create_experiment(base, tree, description, "benchmark", lambda *a: True)
+        if n <= done:
+            continue
+        experiments = [e for e in store.experiments() if e.number > 0]
+        if args.remeasure and loop.remeasure_due(experiments):  # as the loop does between experiments
+            loop.remeasure(experiments)
+        started = next((e for e in experiments if e.description == description and pending(e.record)), None)
+        if started:  # a trial a killed run left unfinished (a confirmation in progress)
+            number, commit, record = started.number, started.commit, started.record
+        else:
+            tree, _ = store.apply_diff(base, store.make_diff("train.py", source, edited))
+            number, commit = store.create_experiment(base, tree, description, "benchmark", lambda *a: True)
+            record = None
         start = time.monotonic()
-        record = loop.run_experiment(number, commit, base, description, {"policy": "benchmark"})
+        record = loop.run_experiment(number, commit, base, description, {"policy": "benchmark"}, record)
         if store.best() != base:  # judge every trial against the same baseline
             store.set_best(store.best(), base, "benchmark: best back to the baseline")
         conf = record.get("confirmation") or {}
@@ -137,7 +158,7 @@ def main() -> int:
               "noise_std": record.get("noise_std"), "noise_upper": record.get("noise_upper"),
               "noise_dof": record.get("noise_dof"), "min_delta": record.get("min_delta"),
               "screen_threshold": record.get("screen_threshold"),
-              "seconds": round(time.monotonic() - start, 1)})
+              "remeasured": args.remeasure, "seconds": round(time.monotonic() - start, 1)})
         if out:
             out.flush()
 
