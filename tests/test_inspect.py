@@ -48,9 +48,10 @@ def test_status_summarises_the_repo(repo):
         (baseline["noise_std"], 2, baseline["min_delta"])
     assert summary["min_delta_rule"] == "[noise] min_delta_floor"  # the fake is noise-free
     assert [t["steps"] for t in baseline["noise_throughput"]] == [10, 10]
-    text = cli("status", cwd=repo, env={"COLUMNS": "200"}).stdout
-    assert f"std {baseline['noise_std']:.6f} over 2 baseline runs; a keep must beat best by " \
-           f"{baseline['min_delta']:.6f} = [noise] min_delta_floor" in text
+    text = cli("status", cwd=repo, env={"COLUMNS": "400"}).stdout  # no cell wraps
+    assert f"std {baseline['noise_std']:.6f} pooled over 2 repeated runs (1 dof), upper bound " \
+           f"{summary['noise_upper']:.6f}; a keep must beat best by {baseline['min_delta']:.6f} = " \
+           f"[noise] min_delta_floor; a run gaining {summary['screen_threshold']:.6f} is confirmed in pairs" in text
     for words in ("experiments per hour", "mean budget share used", "compute saved by early stop",
                   "best chain", "% better", chain[0]["description"][:20]):
         assert words in text
