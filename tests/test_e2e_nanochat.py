@@ -18,7 +18,7 @@ def test_loop_on_the_bundled_target(tmp_path, nanochat_cache):
     sh("git", "branch", "-f", "best", "HEAD", cwd=repo)
     head = sh("git", "rev-parse", "HEAD", cwd=repo).stdout
     cli("loop", "--policy", "random", "--budget", "3", "--max-experiments", "2", "--seed", "0",
-        cwd=repo, timeout=400)
+        cwd=repo, timeout=900)  # 2 baseline runs, 2 experiments, maybe a confirmation pair
     rows = [json.loads(line) for line in cli("log", "--json", cwd=repo).stdout.splitlines()]
     assert len(rows) == 3 and rows[-1]["status"] == "baseline"
     baseline = Store(repo).read_note(Store(repo).experiment_commit(0))

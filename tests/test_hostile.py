@@ -104,7 +104,8 @@ def test_hostile_edits_through_the_loop(tmp_path, nanochat_cache):
     config = repo / "gitresearch.toml"
     config.write_text(re.sub(r"noise_runs = \d+", "noise_runs = 1", config.read_text())
                       .replace("history_k = 32", "history_k = 32\nmax_tries = 1")
-                      + '\n[llm]\nmodel = "scripted"\ntimeout_s = 5.0\nretries = 0\n')
+                      + '\n[llm]\nmodel = "scripted"\ntimeout_s = 5.0\nretries = 0\n'
+                      + '[confirm]\nremeasure_every = 0\n')  # best's note must stay as the baseline wrote it
     sh("git", "init", "-q", "-b", "main", cwd=repo)
     sh("git", "add", "-A", cwd=repo)
     sh("git", "commit", "-qm", "the bundled target", cwd=repo)
