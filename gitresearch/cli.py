@@ -19,36 +19,43 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from . import bench as bench_mod
-from . import bisect, export
-from . import config as cfg
-from . import report
-from . import selfeval
-from .gitstore import GitError, Store
-from .loop import Loop, LoopError
+from . import bench, bisect, export, report, selfeval
+from .config import Config, load
+from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NEGATIVE, GitresearchError
+from .gitstore import Store
+from .init import init_repo
+from .loop import Loop
+from .policies import POLICIES
 from .trial import run_commit
-from .policies import POLICIES, BackendError, PolicyError
-from .sandbox import SandboxError
-from .setup import SetupError, init_repo
 
 console = Console(stderr=True)
 
 
-def _load(root: Path, **overrides) -> cfg.Config:
-    try:
-        return cfg.load(root, overrides)
-    except cfg.ConfigError as err:
-        raise click.ClickException(str(err)) from err
+class ErrorExit(click.ClickException):
+    exit_code = EXIT_ERROR
+
+
+class Group(click.Group):
+    """The one error handler: a GitresearchError from any command is one line on stderr and
+    exit status 3 (errors.EXIT_ERROR), with no traceback; any other exception is a bug and
+    keeps its traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except GitresearchError as err:
+            raise ErrorExit(str(err)) from err
+
+
+def _load(root: Path, **overrides) -> Config:
+    return load(root, overrides)
 
 
 def _repo_root() -> Path:
-    try:
-        return Store(Path.cwd()).root
-    except GitError as err:
-        raise click.ClickException(str(err)) from err
+    return Store(Path.cwd()).root
 
 
-@click.group()
+@click.group(cls=Group)
 @click.version_option(package_name="gitresearch")
 def main():
     """A git-native harness for autonomous, perpetual ML research."""
@@ -59,11 +66,8 @@ def main():
 @click.option("--template", type=click.Choice(["nanochat"]), help="copy a bundled target first")
 def init(directory: Path, template: str | None):
     """Make DIRECTORY a research repo: config, hook, notes display, and `best` at HEAD."""
-    try:
-        for line in init_repo(directory, template):
-            click.echo(line)
-    except (SetupError, GitError) as err:
-        raise click.ClickException(str(err)) from err
+    for line in init_repo(directory, template):
+        click.echo(line)
 
 
 @main.command()
@@ -92,12 +96,9 @@ def loop(policy, backend, model, base_url, budget, max_experiments, max_hours, p
                             "llm.base_url": base_url, "loop.workers": workers, "loop.remote": remote,
                             "sandbox.mode": "none" if no_sandbox else None})
     with report.LiveProgress(console, config.metric.name) as live:
-        try:
-            outcome = Loop(root, config, display=live.log, on_progress=live.update).run()
-        except (LoopError, PolicyError, BackendError, GitError) as err:  # RemoteError is a GitError
-            raise click.ClickException(str(err)) from err
+        outcome = Loop(root, config, display=live.log, on_progress=live.update).run()
     click.echo(f"stopped: {outcome.stop_reason} ({outcome.ran} experiments, {outcome.kept} kept)")
-    sys.exit(130 if outcome.stop_reason == "interrupted" else 0)
+    sys.exit(EXIT_INTERRUPTED if outcome.stop_reason == "interrupted" else 0)
 
 
 @main.command()
@@ -113,10 +114,7 @@ def run(rev, budget, as_json, no_sandbox):
     commit = store.resolve(rev)
     (store.state_dir / "worktrees").mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gitresearch-run-") as tmp, report.LiveProgress(console, config.metric.name) as live:
-        try:
-            result = run_commit(store, config, commit, Path(tmp), on_progress=live.update)
-        except SandboxError as err:
-            raise click.ClickException(str(err)) from err
+        result = run_commit(store, config, commit, Path(tmp), on_progress=live.update)
     data = {"commit": commit, "status": result.status, "val_bpb": result.metric,
             "metric_source": result.metric_source, "self_reported": result.self_reported,
             "sandbox": result.sandbox,
@@ -124,7 +122,7 @@ def run(rev, budget, as_json, no_sandbox):
             "training_seconds": result.training_seconds, "peak_memory_mb": result.peak_memory_mb,
             "log_tail": result.log_tail}
     click.echo(json.dumps(data) if as_json else report.format_result(data, config.metric.name))
-    sys.exit(0 if result.status == "ok" else 1)
+    sys.exit(0 if result.status == "ok" else EXIT_NEGATIVE)
 
 
 @main.command()
@@ -140,16 +138,13 @@ def verify(revs, chain, runs, budget, as_json, no_sandbox):
     root = _repo_root()
     config = _load(root, **{"run.budget_s": budget, "sandbox.mode": "none" if no_sandbox else None})
     with report.LiveProgress(console, config.metric.name) as live:
-        try:
-            done = Loop(root, config, display=live.log, on_progress=live.update).verify(revs, chain, runs)
-        except (LoopError, GitError, ValueError) as err:
-            raise click.ClickException(str(err)) from err
+        done = Loop(root, config, display=live.log, on_progress=live.update).verify(revs, chain, runs)
     if as_json:
         for entry in done:
             click.echo(json.dumps(entry))
     else:
         report.print_verify(done, Console())
-    sys.exit(0 if done and all(e["verdict"] == "confirmed" for e in done) else 1)
+    sys.exit(0 if done and all(e["verdict"] == "confirmed" for e in done) else EXIT_NEGATIVE)
 
 
 @main.command()
@@ -185,10 +180,7 @@ def log(count, as_json):
 def show(rev, as_json):
     """One experiment's full record (REV: a commit, a ref, or #N for experiment N)."""
     store = Store(_repo_root())
-    try:
-        record = report.show_record(store, rev)
-    except GitError as err:
-        raise click.ClickException(str(err)) from err
+    record = report.show_record(store, rev)
     click.echo(json.dumps(record, indent=None if as_json else 2, sort_keys=True))
 
 
@@ -227,12 +219,12 @@ def bisect_run_cmd(rerun, threshold, budget):
     sys.exit(code)
 
 
-@main.group()
-def bench():
+@main.group("bench")
+def bench_group():
     """Benchmarks of the harness's parts."""
 
 
-@bench.command("early-stop")
+@bench_group.command("early-stop")
 @click.option("--curves", "curves", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="recorded curves, one JSON object per line (benchmarks/make_curves.py)")
 @click.option("--interval", type=float, help="seconds of training between checks [default: budget / 10]")
@@ -241,15 +233,15 @@ def bench():
 @click.option("--alpha", type=float, default=0.01, show_default=True, help="missed-stop bound")
 @click.option("--noise", type=float, default=0.007, show_default=True,
               help="noise floor (sd of the final metric between identical runs)")
-@click.option("--method", "methods", multiple=True, type=click.Choice(bench_mod.METHODS),
+@click.option("--method", "methods", multiple=True, type=click.Choice(bench.METHODS),
               help="methods to replay [default: all]")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per method")
 def bench_early_stop(curves, interval, min_fraction, beta, alpha, noise, methods, as_json):
     """Replay recorded learning curves through the self-evaluation and its rivals."""
-    runs = bench_mod.load_curves(curves)
+    runs = bench.load_curves(curves)
     interval = interval or runs[0].budget / 10
     settings = selfeval.Settings(interval_s=interval, min_fraction=min_fraction, beta=beta, alpha=alpha)
-    results = [bench_mod.replay(runs, m, settings, noise) for m in (methods or bench_mod.METHODS)]
+    results = [bench.replay(runs, m, settings, noise) for m in (methods or bench.METHODS)]
     if as_json:
         for r in results:
             click.echo(json.dumps(r))

@@ -5,6 +5,8 @@ import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from .errors import GitresearchError
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -14,7 +16,7 @@ CONFIG_FILE = "gitresearch.toml"
 SCHEMA = 1  # gitresearch.toml schema; older files stay readable
 
 
-class ConfigError(ValueError):
+class ConfigError(GitresearchError):
     pass
 
 

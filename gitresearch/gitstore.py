@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pygit2
 
+from .errors import GitresearchError
+
 BEST_REF = "refs/heads/best"
 NOTES_REF = "refs/notes/gitresearch"
 VERIFY_REF = "refs/notes/gitresearch-verify"  # `gitresearch verify`'s records, by commit
@@ -36,15 +38,15 @@ GIT_ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "XDG
 GIT_SAFE_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 
 
-class GitError(RuntimeError):
-    pass
+class GitError(GitresearchError):
+    """A git or libgit2 operation failed (the message names the command and its output)."""
 
 
 class StaleRefError(GitError):
     """A compare-and-swap found the ref moved since it was read."""
 
 
-class InvalidDiff(ValueError):
+class InvalidDiff(GitresearchError):
     """A proposed diff cannot be parsed or applied."""
 
 

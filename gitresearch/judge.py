@@ -9,6 +9,7 @@ import statistics
 import time
 
 from . import verify as verify_mod
+from .errors import GitresearchError
 from .confirm import Floor, best_reference, gain, min_delta_rule, pooled_noise, slow_run, sprt
 from .history import current_floor
 from .policies.reward import reward
@@ -16,7 +17,7 @@ from .sandbox import SandboxError, mode as sandbox_mode
 from .trial import result_fields, run_commit, throughput
 
 
-class LoopError(RuntimeError):
+class LoopError(GitresearchError):
     """The loop cannot go on (a failed baseline or setup, no sandbox, a second loop)."""
 
 

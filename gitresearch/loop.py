@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -19,7 +19,8 @@ from .gitstore import Store
 from .history import baseline_record, build_state
 from .policies import PolicyError, make_policy
 from .policies.reward import novelty, reward
-from .proposal import clean_text, diff_sha, propose_valid
+from .diffs import diff_sha
+from .proposal import clean_text, propose_valid
 from .remote import Remote
 from .processes import kill_orphans
 from .judge import Judge, LoopError
@@ -27,7 +28,7 @@ from .runner import SetupError, run_setup
 from .trial import checkout
 from .sandbox import SandboxError, mode as sandbox_mode
 from .calibration import EarlyStop
-from .workers import Claims, RepoLock, run_workers
+from .workers import Claims, RepoLock, visible_gpus, worker_env
 
 STOP_FILE = "STOP"  # touch <git dir>/gitresearch/STOP to stop before the next experiment
 
@@ -113,7 +114,7 @@ class Loop(Judge):
         self.reconcile()
         try:
             if self.config.loop.workers > 1:
-                return run_workers(self, start)
+                return self.run_workers(start)
             return self.work(start, policy)
         finally:
             (self.store.state_dir / STOP_FILE).unlink(missing_ok=True)
@@ -170,10 +171,46 @@ class Loop(Judge):
             report.kept += record["status"] == "keep"
             policy.observe(record)
 
+    def run_workers(self, start: float) -> LoopReport:
+        """Run [loop] workers worker loops in threads (workers.py: devices, claims); their
+        reports summed."""
+        count = self.config.loop.workers
+        gpus = visible_gpus()
+        if gpus and count > len(gpus):
+            self.display(f"{count} workers for {len(gpus)} GPUs: workers share GPUs round-robin")
+        reports = [LoopReport() for _ in range(count)]
+        errors: list[BaseException] = []
+
+        def work(i: int) -> None:
+            config = self.config
+            if config.policy.seed is not None:  # the same seed would make every worker propose alike
+                config = replace(config, policy=replace(config.policy, seed=config.policy.seed + i))
+            worker = Loop(self.store.root, config, self.policy_name,
+                          display=lambda line: self.display(f"[worker {i}] {line}"),
+                          on_progress=self.on_progress, worker=i, env_extra=worker_env(i, count, gpus),
+                          stop_event=self.stop_event, claims=self.claims, remote=self.remote)
+            try:
+                reports[i] = worker.work(start)
+            except BaseException as err:  # re-raised in the main thread below, with the others stopped
+                errors.append(err)
+                self.stop_event.set()
+
+        threads = [threading.Thread(target=work, args=(i,), name=f"gitresearch-worker-{i}") for i in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=0.5)  # the main thread stays free for SIGINT/SIGTERM
+        if errors:
+            raise errors[0]
+        total = LoopReport(ran=sum(r.ran for r in reports), kept=sum(r.kept for r in reports))
+        total.stop_reason = "; ".join(sorted({r.stop_reason for r in reports if r.stop_reason}))
+        return total
+
     def claim_pending(self, experiments):
         """The oldest experiment without a note, or whose confirmation was interrupted, that
-        this worker may run, claimed; None if there is none. With a remote, only experiments this clone made: another machine's may
-        be running there."""
+        this worker may run, claimed; None if there is none. With a remote, only experiments
+        this clone made: another machine's may be running there."""
         origin = self.store.origin_id()
         with self.claims.proposing():
             for exp in reversed(experiments):  # oldest first

@@ -6,25 +6,20 @@ the files listed in [files] editable may change, and only into parseable Python 
 from __future__ import annotations
 
 import ast
-import hashlib
 from dataclasses import dataclass, field
 
 from . import gitstore
 from .config import Config
+from .errors import GitresearchError
 from .gitstore import Store
-from .policies import Attempt, BackendError, InvalidReply, Proposal, State
+from .diffs import diff_sha
+from .policies.base import Attempt, BackendError, InvalidReply, Proposal, State
 
 REGULAR_FILE_MODES = (0o100644, 0o100755)
 
 
-class InvalidProposal(ValueError):
+class InvalidProposal(GitresearchError):
     pass
-
-
-def diff_sha(diff: str) -> str:
-    """Identity of a diff's content, independent of blob ids and line numbers in its headers."""
-    body = [line for line in diff.splitlines() if line[:1] in "+- " and not line.startswith(("+++", "---"))]
-    return hashlib.sha256("\n".join(body).encode()).hexdigest()[:16]
 
 
 def clean_text(text: str) -> str:

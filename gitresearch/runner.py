@@ -32,6 +32,7 @@ import psutil
 from . import metrics as M
 from . import sandbox
 from .config import Config
+from .errors import GitresearchError
 from .processes import (METRICS_CAP, TAIL_BYTES, OutputPump, hash_files, kill_tree, last_line,
                         read_untrusted, tagged, tree)
 
@@ -100,7 +101,7 @@ def clean_env(extra_allow: tuple[str, ...], secrets: tuple[str, ...] = ()) -> di
             if (k in allowed or k.startswith(PREFIX_ALLOW)) and k not in secrets and v not in hidden}
 
 
-class SetupError(RuntimeError):
+class SetupError(GitresearchError):
     pass
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import Config
+from .errors import GitresearchError
 
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf",
              "localtime", "timezone", "ssl", "ca-certificates", "alternatives", "os-release",
@@ -36,7 +37,7 @@ ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "ns
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
-class SandboxError(RuntimeError):
+class SandboxError(GitresearchError):
     """The sandbox is asked for and this host cannot provide it."""
 
 

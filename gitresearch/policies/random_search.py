@@ -7,7 +7,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from ..proposal import diff_sha
+from ..diffs import diff_sha
 from . import PolicyError, Proposal, State
 
 FACTOR_RANGE = (1 / 3, 3.0)  # floats are multiplied by a log-uniform factor in this range

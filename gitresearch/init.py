@@ -6,6 +6,7 @@ import stat
 from pathlib import Path
 
 from .config import CONFIG_FILE
+from .errors import GitresearchError
 from .gitstore import NOTES_REF, VERIFY_REF, Store, git
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -26,7 +27,7 @@ frozen = []
 """
 
 
-class SetupError(RuntimeError):
+class InitError(GitresearchError):
     pass
 
 
@@ -45,14 +46,14 @@ def init_repo(directory: Path, template: str | None = None) -> list[str]:
                 continue
             dest = directory / item.name
             if dest.exists():
-                raise SetupError(f"{dest} already exists; use an empty directory for --template")
+                raise InitError(f"{dest} already exists; use an empty directory for --template")
             (shutil.copytree if item.is_dir() else shutil.copy2)(item, dest)
         git("add", "-A", cwd=directory)
         git("-c", "user.name=gitresearch", "-c", "user.email=gitresearch@localhost", "commit",
             "-q", "--no-verify", "-m", f"{template} baseline (gitresearch template)", cwd=directory)
         done.append(f"copied the {template} template and committed it")
     if not (directory / "train.py").exists():
-        raise SetupError(f"{directory} has no train.py: gitresearch researches a train.py")
+        raise InitError(f"{directory} has no train.py: gitresearch researches a train.py")
     if not (directory / CONFIG_FILE).exists():
         (directory / CONFIG_FILE).write_text(DEFAULT_CONFIG)
         done.append(f"wrote {CONFIG_FILE} (defaults; commit it with your baseline)")
