@@ -198,8 +198,28 @@ def _section(cls, table: dict, where: str):
             value = tuple(value)
         if name in ("command", "setup", "evaluate") and isinstance(value, str):
             value = tuple(value.split())
-        values[name] = value
+        values[name] = checked(value, known[name].type, f"{where} {name}")
     return cls(**values)
+
+
+def checked(value, annotation: str, where: str):
+    """`value` as the setting's declared type (an int where a float is declared becomes a
+    float); anything else is a ConfigError naming the key and the expected type."""
+    kinds = [k.strip() for k in annotation.split("|")]
+    if value is None and "None" in kinds:
+        return None
+    for kind in kinds:
+        if kind == "bool" and isinstance(value, bool):
+            return value
+        if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if kind == "str" and isinstance(value, str):
+            return value
+        if kind == "tuple[str, ...]" and isinstance(value, tuple) and all(isinstance(v, str) for v in value):
+            return value
+    raise ConfigError(f"{where} = {value!r}: expected {annotation.replace('tuple[str, ...]', 'a list of strings')}")
 
 
 def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
@@ -227,7 +247,8 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
         if value is None:
             continue
         section, name = key.split(".")
-        sections[section] = replace(sections[section], **{name: value})
+        annotation = next(f.type for f in fields(sections[section]) if f.name == name)
+        sections[section] = replace(sections[section], **{name: checked(value, annotation, f"--{name}")})
     if sections["metric"].direction != "minimize":
         raise ConfigError(f"{path} [metric] direction = {sections['metric'].direction!r}: only "
                           f"\"minimize\" is supported; to maximise a score, have the script (or the "
