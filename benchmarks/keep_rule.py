@@ -46,7 +46,7 @@ from pathlib import Path
 
 from gitresearch import config as config_module
 from gitresearch.loop import Loop, pending
-from gitresearch.pysource import set_constant
+from pysource import set_constant
 
 NULL_KINDS = ("comment", "unread constant", "CUDA branch")
 CUDA_EDITS = [("DEPTH = 12 if CUDA", "DEPTH = {} if CUDA", (10, 14, 16, 20)),

@@ -32,7 +32,7 @@ from gitresearch.gitstore import Store
 from gitresearch.history import build_state
 from gitresearch.policies.backends import estimate_tokens
 from gitresearch.policies.prompt import build_prompt
-from gitresearch.pysource import set_constant
+from pysource import set_constant
 
 TARGET = Path(__file__).resolve().parents[1] / "target_repo"
 STATUSES = ["discard"] * 5 + ["early_stop"] * 4 + ["keep", "crash", "invalid"]

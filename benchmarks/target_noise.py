@@ -31,7 +31,7 @@ from pathlib import Path
 
 from target_eval import evaluated_val_bpb
 
-from gitresearch.pysource import set_constant
+from pysource import set_constant
 
 TARGET = Path(__file__).resolve().parents[1] / "target_repo"
 VARIANTS = {  # name -> (constant, expression applied to its baseline value)

@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import selfeval as se
+from . import earlystop
 
 METHODS = ("ours", "none", "cutoff", "optuna-median", "optuna-sha")
 
@@ -68,7 +68,7 @@ def load_curves(path: Path) -> list[Run]:
     return runs
 
 
-def check_times(budget: float, settings: se.Settings) -> list[float]:
+def check_times(budget: float, settings: earlystop.Settings) -> list[float]:
     times, t = [], settings.min_fraction * budget
     while t < budget - 1e-9:
         times.append(t)
@@ -108,9 +108,9 @@ class OptunaMethod:
         return None
 
 
-def replay(runs: list[Run], method: str, settings: se.Settings, noise: float) -> dict:
+def replay(runs: list[Run], method: str, settings: earlystop.Settings, noise: float) -> dict:
     best = None
-    calibration = se.Calibration()
+    calibration = earlystop.Calibration()
     optuna_method = OptunaMethod(method) if method.startswith("optuna") else None
     stops, stopped_ids, beaters, false_stops, used, covered, trusted = [], set(), 0, 0, 0.0, 0, 0
     full = sum(r.end for r in runs)
@@ -120,7 +120,7 @@ def replay(runs: list[Run], method: str, settings: se.Settings, noise: float) ->
         if optuna_method is not None:
             stop_at = optuna_method.run(run, times)
         elif method in ("ours", "cutoff") and best is not None:
-            monitor = se.Monitor(run.budget, best, noise, calibration, settings)
+            monitor = earlystop.Monitor(run.budget, best, noise, calibration, settings)
             for t in times:
                 if t > run.end:
                     break
@@ -129,10 +129,10 @@ def replay(runs: list[Run], method: str, settings: se.Settings, noise: float) ->
                 reason = monitor.update(seen)
                 if len(monitor.checks) > n_checks:
                     check = monitor.checks[-1]
-                    if check.sd is not None and check.sd < se.UNTRUSTED_SD and run.final is not None:
+                    if check.sd is not None and check.sd < earlystop.UNTRUSTED_SD and run.final is not None:
                         trusted += 1
                         covered += check.low <= run.final <= check.high
-                    if method == "cutoff" and check.mean is not None and check.sd < se.UNTRUSTED_SD:
+                    if method == "cutoff" and check.mean is not None and check.sd < earlystop.UNTRUSTED_SD:
                         reason = "cutoff" if check.mean > monitor.threshold else None
                         monitor.accepted = False  # the cutoff has no accept region
                 if reason:
@@ -149,7 +149,7 @@ def replay(runs: list[Run], method: str, settings: se.Settings, noise: float) ->
             used += run.end
             if run.final is not None:
                 best = run.final if best is None else min(best, run.final)
-                calibration.add(se.FinishedRun(tuple(run.times), tuple(run.values), run.final, run.budget))
+                calibration.add(earlystop.FinishedRun(tuple(run.times), tuple(run.values), run.final, run.budget))
     best_run = min((r for r in runs if r.final is not None), key=lambda r: r.final)
     result = {
         "method": method, "runs": len(runs), "stopped_frac": len(stops) / len(runs),

@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from . import bench, bisect, export, report, selfeval
+from . import bench, bisect_run, earlystop, export, report
 from .config import Config, load
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NEGATIVE, GitresearchError
 from .gitstore import Store
@@ -211,10 +211,10 @@ def bisect_run_cmd(rerun, threshold, budget):
     """The test of `git bisect run`: exit 0 worse, 1 better, 125 skip (never 128 or above)."""
     try:
         root = _repo_root()
-        code, why = bisect.bisect_run(Store(root), _load(root, **{"run.budget_s": budget}), threshold, rerun)
+        code, why = bisect_run.bisect_run(Store(root), _load(root, **{"run.budget_s": budget}), threshold, rerun)
     except Exception as err:  # noqa: BLE001 - an uncaught error would exit 1 (`better`): skip instead, loudly
         traceback.print_exc()
-        code, why = bisect.SKIP, f"skip: {type(err).__name__}: {err}"
+        code, why = bisect_run.SKIP, f"skip: {type(err).__name__}: {err}"
     click.echo(why)
     sys.exit(code)
 
@@ -240,7 +240,7 @@ def bench_early_stop(curves, interval, min_fraction, beta, alpha, noise, methods
     """Replay recorded learning curves through the self-evaluation and its rivals."""
     runs = bench.load_curves(curves)
     interval = interval or runs[0].budget / 10
-    settings = selfeval.Settings(interval_s=interval, min_fraction=min_fraction, beta=beta, alpha=alpha)
+    settings = earlystop.Settings(interval_s=interval, min_fraction=min_fraction, beta=beta, alpha=alpha)
     results = [bench.replay(runs, m, settings, noise) for m in (methods or bench.METHODS)]
     if as_json:
         for r in results:

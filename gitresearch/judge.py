@@ -12,7 +12,7 @@ from . import verify as verify_mod
 from .errors import GitresearchError
 from .confirm import Floor, best_reference, gain, min_delta_rule, pooled_noise, slow_run, sprt
 from .history import current_floor
-from .policies.reward import reward
+from .reward import reward
 from .sandbox import SandboxError, mode as sandbox_mode
 from .trial import result_fields, run_commit, throughput
 

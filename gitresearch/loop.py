@@ -18,7 +18,7 @@ from .config import Config
 from .gitstore import Store
 from .history import baseline_record, build_state
 from .policies import PolicyError, make_policy
-from .policies.reward import novelty, reward
+from .reward import novelty, reward
 from .diffs import diff_sha
 from .proposal import clean_text, propose_valid
 from .remote import Remote
@@ -27,7 +27,7 @@ from .judge import Judge, LoopError
 from .runner import SetupError, run_setup
 from .trial import checkout
 from .sandbox import SandboxError, mode as sandbox_mode
-from .calibration import EarlyStop
+from .earlystop import EarlyStop
 from .workers import Claims, RepoLock, visible_gpus, worker_env
 
 STOP_FILE = "STOP"  # touch <git dir>/gitresearch/STOP to stop before the next experiment

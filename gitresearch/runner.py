@@ -29,7 +29,7 @@ from typing import Callable
 
 import psutil
 
-from . import metrics as M
+from . import metrics
 from . import sandbox
 from .config import Config
 from .errors import GitresearchError
@@ -184,7 +184,7 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
     rates: list[float] = []
 
     def on_line(line):
-        parsed = M.parse_progress(line)
+        parsed = metrics.parse_progress(line)
         if parsed:
             progress.update(step=parsed["step"], train_loss=parsed["train_loss"])
             if parsed["tokens_per_s"] is not None:
@@ -219,7 +219,7 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
         complete = chunk.rfind(b"\n") + 1
         if complete:
             metrics_offset += complete
-            new = M.parse_metric_lines(chunk[:complete].decode("utf-8", "replace"))
+            new = metrics.parse_metric_lines(chunk[:complete].decode("utf-8", "replace"))
             if new:
                 points.extend(new)
                 last = [p for p in new if p.get(config.metric.name) is not None]
@@ -251,12 +251,12 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
     tail = pump.tail_text()
     raw_metrics = read_untrusted(live_metrics)
     metrics_path.write_bytes(raw_metrics)
-    points = M.parse_metric_lines(raw_metrics.decode("utf-8", "replace"))
-    summary = M.parse_summary(tail)
-    self_reported = M.final_metric(config.metric.name, summary,
+    points = metrics.parse_metric_lines(raw_metrics.decode("utf-8", "replace"))
+    summary = metrics.parse_summary(tail)
+    self_reported = metrics.final_metric(config.metric.name, summary,
                                    [p for p in points if p.get("final")])
     metric = (self_reported if config.metric.evaluate
-              else M.final_metric(config.metric.name, summary, points))
+              else metrics.final_metric(config.metric.name, summary, points))
     frozen_after = hash_files(workdir, config.files.frozen)
     changed = [name for name in frozen_after if frozen_before.get(name) != frozen_after[name]]
     if changed:
@@ -268,14 +268,14 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
         elif metric is None and not config.metric.evaluate:
             verdict, reason = "crash", (f"no {config.metric.name} reported (no summary block line "
                                         f"and no GITRESEARCH_METRICS point): {last_line(tail)}")
-        elif metric is not None and not M.is_finite(metric):
+        elif metric is not None and not metrics.is_finite(metric):
             verdict, reason = "crash", f"{config.metric.name} is {metric}"
         else:
             verdict = "ok"
     return RunResult(verdict, reason, metric if verdict == "ok" else None, summary, points,
                      exit_code, round(seconds, 3), round(peak_rss / 2 ** 20, 1), str(log_path),
                      "\n".join(tail.splitlines()[-12:])[-1500:], isolated, sandbox=mode,
-                     self_reported=self_reported if M.is_finite(self_reported) else None,
+                     self_reported=self_reported if metrics.is_finite(self_reported) else None,
                      artifacts=str(out / "artifacts"),
                      tokens_per_s=statistics.median(rates) if rates else None)
 
@@ -309,15 +309,15 @@ def run_evaluation(result: RunResult, eval_dir: Path, config: Config, log_path: 
     seconds = round(time.monotonic() - start, 3)
     text = output[-TAIL_BYTES:].decode("utf-8", "replace")
     log_path.write_text(text)
-    summary = M.parse_summary(text)
-    evaluated = M.final_metric(metric_name, summary, [])
+    summary = metrics.parse_summary(text)
+    evaluated = metrics.final_metric(metric_name, summary, [])
     evaluation = {"seconds": seconds, "exit_code": proc.returncode,
                   "log": str(log_path), "summary": summary}
     fields = dict(metric_source="evaluator", evaluation=evaluation)
     if timed_out:
         return replace(result, status="timeout", metric=None, **fields,
                        reason=f"the evaluation took over {config.metric.evaluate_timeout_s:g} s")
-    if proc.returncode != 0 or not M.is_finite(evaluated):
+    if proc.returncode != 0 or not metrics.is_finite(evaluated):
         return replace(result, status="invalid", metric=None, **fields,
                        reason=f"the evaluator refused the run (exit {proc.returncode}): {last_line(text)}")
     reported = result.self_reported

@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -5,6 +6,15 @@ import sys
 from pathlib import Path
 
 FAKES = Path(__file__).parent / "fakes"
+BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
+
+
+def benchmark_module(name: str):
+    """A module of benchmarks/ (scripts, not a package), loaded by path."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def sh(*args, cwd, check=True):

@@ -2,7 +2,7 @@
 import pytest
 
 from gitresearch.config import RewardConfig
-from gitresearch.policies.reward import novelty, reward
+from gitresearch.reward import novelty, reward
 
 BASE = {"noise_std": 0.01, "peak_memory_mb": 1000.0}
 CFG = RewardConfig()

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from conftest import TARGET, load_target_modules
-from gitresearch.pysource import set_constant
+from helpers import benchmark_module
+
+set_constant = benchmark_module("pysource").set_constant
 
 
 @pytest.fixture(scope="module")

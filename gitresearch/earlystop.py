@@ -1,47 +1,6 @@
-"""Self-evaluation: forecast a run's final metric from its learning curve and stop hopeless
-runs early with a sequential probability ratio test (docs/early-stop.md).
-
-The fit. L(t) = a * t^(-b) + c by nonlinear least squares (scipy.optimize.curve_fit, bounded:
-a >= 0, 0 < b <= 3, c >= 0) on the points with t >= WARMUP_FRACTION x the elapsed training
-time. The first seconds are left out because they are a warm-up transient (random init, LR
-warm-up, the fastest fall of the loss) that a power law fits badly and that says little about
-the end; keeping the later 90 % of what was seen keeps enough points for a stable fit. Spikes
-and non-monotone stretches are damped by a soft-L1 loss (robust least squares).
-
-The forecast. The fit gives two raw forecasts of the final value: `extrapolate` = L(T) at the
-budget T and `anchor` = L(t_now), a smoothed current value. Both are biased (the learning-rate
-warm-down at the end, a cheap periodic estimate that is not the final evaluation), so they are
-calibrated on the runs that trained their whole budget, each refitted truncated at the same
-fraction of the budget. Candidates: `relative` (the anchor's gap to the best finished run at
-the same time predicts the gap of the finals) and blends w x extrapolate + (1 - w) x anchor;
-each maps to the final by a Theil-Sen line, and the candidate whose leave-one-out residuals
-leave the least room below the prediction wins. Its sd is the split-conformal one-sided 95 %
-bound of how far below the prediction a final landed, / 1.645 (this drives the decision).
-The reported 90 % interval is normalized split-conformal, 95 % per side: residuals are
-scaled by each run's distance from the best run's raw forecast, because the finished runs
-the lines are fitted on sit mostly near the best (the losers were stopped), so a run far
-from it is predicted less surely. With fewer than MIN_HISTORY
-finished runs the sd is UNTRUSTED_SD, so nothing is stopped on a guess.
-
-The decision: a Wald SPRT on the final value mu of this run, with threshold theta = best so
-far + margin_k x noise floor and an indifference zone delta:
-    H0: mu <= theta          (the run beats the threshold: let it run)
-    H1: mu >= theta + delta  (it misses by at least delta: stop it)
-The latest forecast summarises all the evidence so far (it is fitted on every point), so it
-is used as the sufficient statistic: with x ~ N(mu, sd^2),
-    LLR = log N(x; theta + delta, sd) - log N(x; theta, sd) = delta / sd^2 * (x - theta - delta / 2)
-delta is set at each check from the forecast's sd alone (never from x), as the alternative the
-test tells apart from H0 soonest: the stop boundary theta + delta / 2 + sd^2 log A / delta
-(A = (1 - alpha) / beta) is lowest at delta = sd sqrt(2 log A), where it is theta + sd
-sqrt(2 log A) (2.45 sd at the defaults). delta is at least delta_k x noise floor, so runs
-closer than that to the threshold are never told apart from it. A fixed large delta would
-turn the test into a cutoff at theta + delta / 2 that accepts clear losers.
-Stop when LLR >= log((1 - alpha) / beta); beta (default 0.05) bounds the probability of
-stopping a run that would have beaten theta (a false stop), alpha (default 0.01) the
-probability of letting a run with mu >= theta + delta run to the end. When LLR <=
-log(alpha / (1 - beta)) the run is accepted and no longer checked. Checks happen every
-`interval_s` seconds of training and never before `min_fraction` of the budget.
-Divergence (a NaN or inf, or a metric far above its first value) stops a run at once.
+"""Early stop (docs/early-stop.md): forecast a run's final metric from its learning curve,
+calibrate the forecast on the runs that trained their whole budget, and stop hopeless runs
+with a sequential probability ratio test. `EarlyStop` feeds a `Monitor` per run from the repo.
 """
 from __future__ import annotations
 
@@ -49,10 +8,16 @@ import math
 import statistics
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from scipy.optimize import OptimizeWarning, curve_fit
 from scipy.stats import theilslopes
+
+from . import metrics
+from .config import Config
+from .gitstore import Store
 
 WARMUP_FRACTION = 0.1  # leave out points before this share of the elapsed time
 MIN_POINTS = 5  # points needed for a fit
@@ -379,3 +344,57 @@ class Monitor:
             self.accepted = True
         self.comment = f"{'accepted' if self.accepted else 'ran to the end'} at {last_t:.0f} s: {verdict}"
         return None
+
+
+# -- fed from the repo -------------------------------------------------------------------------
+
+FINISHED = ("keep", "discard", "baseline")
+
+
+class EarlyStop:
+    def __init__(self, store: Store, config: Config, run_dir: Callable[[int], Path]):
+        self.store, self.config, self.run_dir = store, config, run_dir
+        self.calibration = Calibration()
+        self.seen: set[str] = set()  # run dirs already in the calibration
+
+    def finished_runs(self):
+        """(run dir, final) of every run that trained its whole budget at the current budget."""
+        budget = self.config.run.budget_s
+        for exp in self.store.experiments():
+            rec = exp.record or {}
+            if rec.get("status") not in FINISHED or rec.get("budget_s") != budget:
+                continue
+            if exp.number == 0:
+                finals = rec.get("noise_runs") or []
+                for i, final in zip(rec.get("noise_run_dirs") or range(len(finals)), finals):
+                    yield self.run_dir(0) / f"noise-{i}", final
+            elif rec.get("val_bpb") is not None:
+                yield self.run_dir(exp.number), rec["val_bpb"]
+
+    def monitor(self) -> Monitor | None:
+        """A Monitor for the next run, or None when early stop is off."""
+        es = self.config.early_stop
+        if not es.enabled:
+            return None
+        name = self.config.metric.name
+        for run_dir, final in self.finished_runs():
+            metrics_file = run_dir / "metrics.jsonl"
+            if str(run_dir) in self.seen or not metrics_file.exists():
+                continue
+            points = [p for p in metrics.parse_metric_lines(metrics_file.read_text(errors="replace"))
+                      if not p.get("final") and isinstance(p.get(name), (int, float))
+                      and isinstance(p.get("t"), (int, float))]
+            self.seen.add(str(run_dir))
+            if points:
+                self.calibration.add(FinishedRun(
+                    tuple(p["t"] for p in points), tuple(p[name] for p in points), final,
+                    self.config.run.budget_s))
+        baseline = self.store.read_note(self.store.experiment_commit(0)) or {}
+        best = (self.store.read_note(self.store.best()) or {}).get("val_bpb")
+        # A short budget still gets about ten checks: at most a tenth of the budget apart.
+        interval = min(es.interval_s, self.config.run.budget_s / 10)
+        settings = Settings(interval_s=interval, min_fraction=es.min_fraction,
+                                     beta=es.beta, alpha=es.alpha, margin_k=es.margin_k,
+                                     delta_k=es.delta_k)
+        return Monitor(self.config.run.budget_s, best, baseline.get("noise_std") or 0.0,
+                                self.calibration, settings, metric=name)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from ..config import RewardConfig
+from .config import RewardConfig
 
 MIN_NOISE = 1e-3  # metric units: a deterministic baseline (noise 0) still gives a finite scale
 

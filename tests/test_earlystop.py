@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from gitresearch.selfeval import (Calibration, FinishedRun, Monitor, Settings, fit_curve,
+from gitresearch.earlystop import (Calibration, FinishedRun, Monitor, Settings, fit_curve,
                                   power_law, sprt)
 
 
