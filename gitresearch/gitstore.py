@@ -13,7 +13,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 import uuid
 from contextlib import contextmanager
@@ -30,7 +32,9 @@ VERIFY_REF = "refs/notes/gitresearch-verify"  # `gitresearch verify`'s records, 
 EXPERIMENTS_PREFIX = "refs/gitresearch/experiments/"
 NOTE_SCHEMA = 1
 MAX_RESERVE_TRIES = 100  # experiment numbers tried before a refusing remote is an error
-AUTHOR = ("gitresearch", "gitresearch@localhost")
+AUTHOR = ("gitresearch", "gitresearch@localhost")  # the one identity of gitresearch's commits and notes
+IDENTITY_ENV = {"GIT_AUTHOR_NAME": AUTHOR[0], "GIT_AUTHOR_EMAIL": AUTHOR[1],
+                "GIT_COMMITTER_NAME": AUTHOR[0], "GIT_COMMITTER_EMAIL": AUTHOR[1]}
 GIT_ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "XDG_CONFIG_HOME",
                  "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL",
                  "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_ASKPASS", "SSH_ASKPASS",
@@ -113,6 +117,16 @@ def parse_note(text: str) -> dict:
                 raise GitError(f"note schema {record['schema']} is newer than {NOTE_SCHEMA}")
             return record
     raise GitError(f"not a gitresearch note: {text[:200]!r}")
+
+
+def create_repo(directory: Path) -> None:
+    git("init", "-q", cwd=directory)
+
+
+def commit_all(directory: Path, message: str) -> None:
+    """Commit every file of `directory`'s working tree as gitresearch (hooks off)."""
+    git("add", "-A", cwd=directory)
+    git("commit", "-q", "--no-verify", "-m", message, cwd=directory, env_extra=IDENTITY_ENV)
 
 
 @dataclass(frozen=True)
@@ -382,6 +396,20 @@ class Store:
 
     # -- checkouts -------------------------------------------------------------------------
 
+    @contextmanager
+    def worktree(self, commit: str, exclude: tuple[str, ...] = ()):
+        """A plain copy of `commit`'s files (less `exclude`) in the state dir's worktrees
+        folder, removed after."""
+        folder = self.state_dir / "worktrees"
+        folder.mkdir(exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix="wt-", dir=folder))
+        path.rmdir()
+        try:
+            self.checkout(commit, path, exclude)
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
     def checkout(self, commit: str, path: Path, exclude: tuple[str, ...] = ()) -> None:
         """Write `commit`'s files (less the `exclude` paths) into the new folder `path`. No
         .git link, no index, no hooks: the folder is a plain copy a sandbox can be given."""
@@ -404,6 +432,39 @@ class Store:
                         target.chmod(0o755)
 
         write(self.repo[commit].peel(pygit2.Tree), path, "")
+
+    # -- repo set-up and plumbing for init and remote ----------------------------------------
+
+    @property
+    def git_dir(self) -> Path:
+        return Path(self.repo.path)
+
+    def message(self, commit: str) -> str:
+        return self.repo[commit].message.strip()
+
+    def show_notes_in_log(self) -> None:
+        """Plain `git log` shows the experiment and verification notes. A glob: git warns
+        about a displayRef that does not exist yet (the verify notes), not about a glob that
+        matches nothing."""
+        git("config", "--unset-all", "notes.displayRef", cwd=self.root, check=False)
+        git("config", "notes.displayRef", f"{NOTES_REF}*", cwd=self.root)
+
+    def remote_url(self, name: str) -> str:
+        return git("remote", "get-url", name, cwd=self.root).strip()
+
+    def merge_notes(self, theirs_ref: str) -> None:
+        """Merge a fetched notes ref into ours, theirs winning a conflict (each machine's
+        notes annotate its own commits, so the merge is a union), under the notes lock."""
+        theirs = self.ref_target(theirs_ref)
+        if theirs is None:
+            return
+        with self.lock("notes"):
+            ours = self.ref_target(NOTES_REF)
+            if ours is None:
+                self.force_ref(NOTES_REF, theirs)
+            elif ours != theirs:
+                git("notes", f"--ref={NOTES_REF}", "merge", "--quiet", "-s", "theirs", theirs_ref,
+                    cwd=self.root, env_extra=IDENTITY_ENV)
 
     def prune_worktrees(self) -> None:
         """Forget git worktrees that older versions registered (they ran under .git)."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .config import CONFIG_FILE
 from .errors import GitresearchError
-from .gitstore import NOTES_REF, VERIFY_REF, Store, git
+from .gitstore import NOTES_REF, VERIFY_REF, Store, commit_all, create_repo
 
 PROJECT = Path(__file__).resolve().parents[1]
 TEMPLATES = {"nanochat": PROJECT / "target_repo"}
@@ -37,7 +37,7 @@ def init_repo(directory: Path, template: str | None = None) -> list[str]:
     directory = Path(directory).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     if not (directory / ".git").exists():
-        git("init", "-q", cwd=directory)
+        create_repo(directory)
         done.append(f"initialised a git repository in {directory}")
     if template:
         source = TEMPLATES[template]
@@ -48,9 +48,7 @@ def init_repo(directory: Path, template: str | None = None) -> list[str]:
             if dest.exists():
                 raise InitError(f"{dest} already exists; use an empty directory for --template")
             (shutil.copytree if item.is_dir() else shutil.copy2)(item, dest)
-        git("add", "-A", cwd=directory)
-        git("-c", "user.name=gitresearch", "-c", "user.email=gitresearch@localhost", "commit",
-            "-q", "--no-verify", "-m", f"{template} baseline (gitresearch template)", cwd=directory)
+        commit_all(directory, f"{template} baseline (gitresearch template)")
         done.append(f"copied the {template} template and committed it")
     if not (directory / "train.py").exists():
         raise InitError(f"{directory} has no train.py: gitresearch researches a train.py")
@@ -58,7 +56,7 @@ def init_repo(directory: Path, template: str | None = None) -> list[str]:
         (directory / CONFIG_FILE).write_text(DEFAULT_CONFIG)
         done.append(f"wrote {CONFIG_FILE} (defaults; commit it with your baseline)")
     store = Store(directory)
-    hook = Path(store.repo.path) / "hooks" / "pre-commit"
+    hook = store.git_dir / "hooks" / "pre-commit"
     if hook.exists() and HOOK_MARK not in hook.read_text(errors="replace"):
         done.append(f"left your own {hook} in place: frozen files are still checked by the runner")
     else:
@@ -66,10 +64,7 @@ def init_repo(directory: Path, template: str | None = None) -> list[str]:
         shutil.copy2(HOOK, hook)
         hook.chmod(hook.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         done.append(f"installed the frozen-file hook {hook}")
-    # A glob: git warns about a displayRef that does not exist yet (the verify notes), not
-    # about a glob that matches nothing.
-    git("config", "--unset-all", "notes.displayRef", cwd=directory, check=False)
-    git("config", "notes.displayRef", f"{NOTES_REF}*", cwd=directory)
+    store.show_notes_in_log()
     done.append(f"plain `git log` now shows {NOTES_REF} and {VERIFY_REF}")
     if store.best() is None:
         head = store.resolve("HEAD")

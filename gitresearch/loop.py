@@ -25,7 +25,6 @@ from .remote import Remote
 from .processes import kill_orphans
 from .judge import Judge, LoopError
 from .runner import SetupError, run_setup
-from .trial import checkout
 from .sandbox import SandboxError, mode as sandbox_mode
 from .earlystop import EarlyStop
 from .workers import Claims, RepoLock, visible_gpus, worker_env
@@ -231,7 +230,7 @@ class Loop(Judge):
             return
         self.display(f"setup: {' '.join(self.config.run.setup)}")
         try:
-            with checkout(self.store, self.store.best(), exclude=self.config.files.editable) as work:
+            with self.store.worktree(self.store.best(), exclude=self.config.files.editable) as work:
                 run_setup(work, self.config, self.store.state_dir / "runs" / "setup.log")
         except SetupError as err:
             raise LoopError(str(err)) from err

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import time
 
-from .gitstore import BEST_REF, EXPERIMENTS_PREFIX, NOTES_REF, GitError, StaleRefError, Store, git
-
-IDENTITY = {"GIT_AUTHOR_NAME": "gitresearch", "GIT_AUTHOR_EMAIL": "gitresearch@localhost",
-            "GIT_COMMITTER_NAME": "gitresearch", "GIT_COMMITTER_EMAIL": "gitresearch@localhost"}
+from .gitstore import (BEST_REF, EXPERIMENTS_PREFIX, IDENTITY_ENV, NOTES_REF, GitError, StaleRefError, Store,
+                       git)
 PUSH_RETRIES = 8
 
 
@@ -44,7 +42,7 @@ class Remote:
         self.store, self.name = store, name
         self.network_retries, self.backoff_s = network_retries, backoff_s
         try:
-            self.url = git("remote", "get-url", name, cwd=store.root).strip()
+            self.url = store.remote_url(name)
         except GitError as err:
             raise RemoteError(f"no git remote named {name!r} in {store.root}") from err
         self.best_mirror = f"refs/remotes/{name}/best"
@@ -57,7 +55,7 @@ class Remote:
         wait = self.backoff_s
         for attempt in range(self.network_retries + 1):
             try:
-                return git(*args, cwd=self.store.root, env_extra=IDENTITY)
+                return git(*args, cwd=self.store.root, env_extra=IDENTITY_ENV)
             except GitError as err:
                 if _rejected(err) or attempt == self.network_retries:
                     raise
@@ -90,16 +88,7 @@ class Remote:
         self._git("fetch", "--quiet", "--no-tags", self.name, *specs)
 
     def merge_notes(self) -> None:
-        theirs = self.store.ref_target(self.notes_mirror)
-        if theirs is None:
-            return
-        with self.store.lock("notes"):
-            ours = self.store.ref_target(NOTES_REF)
-            if ours is None:
-                self.store.force_ref(NOTES_REF, theirs)
-            elif ours != theirs:
-                git("notes", f"--ref={NOTES_REF}", "merge", "--quiet", "-s", "theirs", self.notes_mirror,
-                    cwd=self.store.root, env_extra=IDENTITY)
+        self.store.merge_notes(self.notes_mirror)
 
     def sync(self) -> None:
         """Fetch, merge the notes, and make the remote's best the local best: by compare-and-

@@ -44,7 +44,7 @@ def show_record(store: Store, rev: str) -> dict:
     record = store.read_note(commit)
     if record is None:
         raise GitError(f"{commit[:12]} has no gitresearch note")
-    return {"commit": commit, "message": store.repo[commit].message.strip(), **record,
+    return {"commit": commit, "message": store.message(commit), **record,
             "diff": store.diff_of(commit)}
 
 

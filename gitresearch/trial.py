@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import threading
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -20,7 +18,7 @@ def run_commit(store: Store, config: Config, commit: str, run_dir: Path,
     """Check `commit` out into a fresh folder, train it there, then (where the config names an
     evaluator) evaluate its artifact over a fresh checkout of the frozen files alone."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    with checkout(store, commit, exclude=config.files.hidden) as work:
+    with store.worktree(commit, exclude=config.files.hidden) as work:
         compile_cache = store.state_dir / "compile-cache"
         compile_cache.mkdir(exist_ok=True)
         result = run_training(work, config, run_dir / "log.txt", run_dir / "metrics.jsonl",
@@ -28,35 +26,23 @@ def run_commit(store: Store, config: Config, commit: str, run_dir: Path,
                               env_extra=env_extra, compile_cache=compile_cache)
     try:
         if result.status == "ok" and config.metric.evaluate:
-            with checkout(store, commit, exclude=config.files.editable) as frozen:
+            with store.worktree(commit, exclude=config.files.editable) as frozen:
                 result = run_evaluation(result, frozen, config, run_dir / "evaluate.log", env_extra)
     finally:
         shutil.rmtree(run_dir / "out", ignore_errors=True)  # the artifacts: only the verdict is kept
     return result
 
 
-@contextmanager
-def checkout(store: Store, commit: str, exclude: tuple[str, ...] = ()):
-    """A plain copy of `commit`'s files in the state dir's worktrees folder, removed after."""
-    path = Path(tempfile.mkdtemp(prefix="wt-", dir=store.state_dir / "worktrees"))
-    path.rmdir()
-    try:
-        store.checkout(commit, path, exclude)
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def result_fields(result: RunResult, store: Store, metric: str = "val_bpb") -> dict:
     """A run's note fields. The metric's value is stored under `val_bpb` whatever its name
     (note schema 1; old notes stay readable), and its name under `metric`."""
-    log = os.path.relpath(result.log_path, store.repo.path)
+    log = os.path.relpath(result.log_path, store.git_dir)
     fields = {"sandbox": result.sandbox, "metric_source": result.metric_source, "metric": metric}
     if result.self_reported is not None:
         fields["self_reported"] = result.self_reported
     if result.evaluation:
         fields["evaluation"] = {"seconds": result.evaluation["seconds"],
-                                "log": os.path.relpath(result.evaluation["log"], store.repo.path)}
+                                "log": os.path.relpath(result.evaluation["log"], store.git_dir)}
     return {**fields, "val_bpb": result.metric, "reason": result.reason, "seconds": result.seconds,
             "training_seconds": result.training_seconds, "peak_memory_mb": result.peak_memory_mb,
             "exit_code": result.exit_code, "log": log, "log_tail": result.log_tail,
