@@ -8,10 +8,9 @@ from pathlib import Path
 from .config import CONFIG_FILE
 from .errors import GitresearchError
 from .gitstore import NOTES_REF, VERIFY_REF, Store, commit_all, create_repo
+from .resources import resource
 
-PROJECT = Path(__file__).resolve().parents[1]
-TEMPLATES = {"nanochat": PROJECT / "target_repo"}
-HOOK = PROJECT / "hooks" / "pre-commit"
+TEMPLATES = ("nanochat",)
 HOOK_MARK = "gitresearch pre-commit hook"
 DEFAULT_CONFIG = """\
 # gitresearch settings; every value has a default, command-line flags override these.
@@ -40,7 +39,7 @@ def init_repo(directory: Path, template: str | None = None) -> list[str]:
         create_repo(directory)
         done.append(f"initialised a git repository in {directory}")
     if template:
-        source = TEMPLATES[template]
+        source = resource(template)
         for item in source.iterdir():
             if item.name in ("__pycache__",):
                 continue
@@ -61,7 +60,7 @@ def init_repo(directory: Path, template: str | None = None) -> list[str]:
         done.append(f"left your own {hook} in place: frozen files are still checked by the runner")
     else:
         hook.parent.mkdir(exist_ok=True)
-        shutil.copy2(HOOK, hook)
+        shutil.copy2(resource("hooks") / "pre-commit", hook)
         hook.chmod(hook.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         done.append(f"installed the frozen-file hook {hook}")
     store.show_notes_in_log()

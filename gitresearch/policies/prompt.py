@@ -8,21 +8,10 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from ..resources import resource
 from . import PolicyError, State
 
-SYSTEM_PROMPT = """You are an autonomous ML research engineer. You improve a training script by \
-proposing one small, well-motivated change at a time. Each change is trained for a fixed \
-wall-clock budget and judged on the validation metric (lower is better); a change is kept only \
-when it beats the current best by more than the noise floor. Learn from the history: do not \
-repeat changes that were tried, build on what worked, and avoid what crashed or diverged.
-
-Reply in exactly this form:
-Description: <one line saying what the change is and why>
-```diff
-<a unified diff against the current best, with --- a/PATH and +++ b/PATH headers and @@ hunks \
-whose context lines match the current file exactly>
-```
-Change only the editable files. Keep the code runnable: the run must still print its metric."""
+SYSTEM_PROMPT = (resource("policy") / "system_prompt.md").read_text().rstrip("\n")  # policy/system_prompt.md
 
 REPLY_CHARS_FED_BACK = 4000  # of a failed reply, repeated to the model with its error
 AGENDA_TRUNCATED = "\n[... agenda truncated to fit the context]"

@@ -1,0 +1,57 @@
+"""gitresearch as users install it: a wheel (not an editable install) carries the bundled
+target, the hook and the policy data, and runs `init --template nanochat` and a loop."""
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import FAKES, make_repo
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def digest(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+def run(*args, cwd, env):
+    proc = subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{args} exited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    return proc.stdout
+
+
+def test_the_wheel_ships_its_data_and_runs(tmp_path):
+    build = tmp_path / "checkout"  # the working tree's files alone: no build/ or egg-info left by others
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout.split("\0")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (build / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, build / name)
+    env = dict(os.environ)
+    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+        str(tmp_path / "dist"), str(build), cwd=tmp_path, env=env)
+    wheel = next((tmp_path / "dist").glob("gitresearch-*.whl"))
+    site = tmp_path / "site"
+    run(sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel),
+        cwd=tmp_path, env=env)
+    env["PYTHONPATH"] = str(site)
+    where = run(sys.executable, "-c", "import gitresearch; print(gitresearch.__file__)", cwd=tmp_path, env=env)
+    assert where.strip().startswith(str(site))  # the installed copy, not the checkout
+    assert digest(site / "gitresearch" / "data" / "policy") == digest(ROOT / "policy")
+
+    research = tmp_path / "research"
+    run(sys.executable, "-m", "gitresearch", "init", "--template", "nanochat", str(research), cwd=tmp_path, env=env)
+    copied = {k: v for k, v in digest(research).items() if not k.startswith(".git/")}
+    assert copied == digest(ROOT / "target_repo")
+    assert (research / ".git" / "hooks" / "pre-commit").read_bytes() == (ROOT / "hooks" / "pre-commit").read_bytes()
+
+    fake = make_repo(tmp_path / "fake")
+    run(sys.executable, "-m", "gitresearch", "init", cwd=fake, env=env)
+    run(sys.executable, "-m", "gitresearch", "loop", "--max-experiments", "1", "--seed", "0", cwd=fake, env=env)
+    log = run(sys.executable, "-m", "gitresearch", "log", "--json", cwd=fake, env=env)
+    assert len(log.splitlines()) == 2  # the baseline and one experiment
+    assert (FAKES / "curve.py").read_text() in (fake / "train.py").read_text()
