@@ -1,26 +1,6 @@
-"""`gitresearch bench early-stop`: replay recorded learning curves through early-stop methods.
-
-Every method sees the same reports at the same times: at each check time (every `interval`
-seconds of training from `min_fraction` of the budget on) the points recorded up to then.
-Runs are replayed in file order, as a loop would have met them; the first run is the
-baseline. A method's state is what it could know online: the best final among the runs it
-let finish (a stopped run's final is unknown to it), and, for ours, the calibration residuals
-of those runs.
-
-Curve file format (one JSON object per line, see benchmarks/make_curves.py):
-    {"id": str, "budget_s": float, "points": [[t_seconds, val_bpb], ...], "final": float}
-`final` is null (or absent) for a run that crashed or diverged; points may also be objects
-{"t": ..., "val_bpb": ...}; non-finite values are kept (they are a divergence).
-
-Figures per method (fractions in [0, 1]):
-    runs, stopped_frac, budget_used_by_stopped (mean share of the budget a stopped run used),
-    compute_saved (budget not spent by stopped runs / total budget of all runs), false_stops
-    (stopped runs whose recorded final beat the best so far at their time), false_stop_rate
-    (false_stops / runs whose final beat the best so far at their time), best_stopped (was
-    the run with the lowest final stopped), throughput_x (compute without early stop /
-    compute with it, i.e. experiments per hour relative to no early stop); ours adds
-    coverage90 (share of trusted checks whose 90 % interval held the true final).
-"""
+"""`gitresearch bench early-stop`: replay recorded learning curves through early-stop methods
+(ours, none, a cutoff, Optuna's pruners), all given the same reports at the same times. The
+curve format and the figures are in docs/early-stop.md."""
 from __future__ import annotations
 
 import json

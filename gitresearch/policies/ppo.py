@@ -1,28 +1,5 @@
-"""PPO on the LoRA adapters of a causal LM, for rewards that arrive minutes after the text.
-
-- Policy: a transformers causal LM with LoRA adapters (peft); the base stays frozen. The
-  reference policy is the same model with the adapters disabled, so there is no second copy.
-  Dropout is set to 0 everywhere (the log-probs of generation and update must agree).
-- Value head: a linear layer on the last hidden state, zero-initialised.
-- Episode: prompt ids, response ids (cut at the first EOS, which is kept as the last action),
-  and, stored at generation time, the behaviour log-probs, the reference log-probs and the
-  values of the response tokens: rewards come minutes later, possibly after an update.
-- Update (every `update_every` experiments, on the newest `replay_size` rewarded episodes,
-  dropping those generated more than `max_staleness` versions ago): per-token rewards
-  r_t = -kl_coef (logp_behaviour - logp_ref), plus the experiment's reward on the last token;
-  GAE(gamma, lam) on the stored values; advantages whitened over the batch (a batch of one
-  episode is only scaled: centring its own tokens would flip the sign of some); `ppo_epochs` passes of
-  clipped policy loss + vf_coef x clipped value loss - ent_coef x entropy, gradient norm
-  clipped at max_grad_norm, AdamW.
-- Sampling: at [llm] temperature, with no top-k or top-p cut, so the stored behaviour log-probs
-  are those of the distribution sampled (the logits are divided by the temperature in both).
-- Batches are left-padded with explicit position_ids (without them a left-padded sequence
-  would see shifted positions). Before any update the ratio is exactly 1 and the KL exactly 0
-  (LoRA's B starts at zero).
-- State (`save`/`load`, under <git dir>/gitresearch/rl/): the adapters (peft), the value head,
-  the optimizer, the episode buffer and the counters. peft's save_pretrained does not save the
-  value head, so it has a file of its own.
-"""
+"""PPO on the LoRA adapters of a causal LM, for rewards that arrive minutes after the text:
+episodes, the update, sampling and saved state (docs/policies.md)."""
 from __future__ import annotations
 
 import json
