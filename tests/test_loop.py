@@ -9,6 +9,7 @@ import time
 import pytest
 
 from gitresearch.config import load
+from gitresearch.errors import EXIT_ERROR
 from gitresearch.gitstore import Store
 from gitresearch.proposal import InvalidProposal, validate
 from helpers import FAKES, cli, make_repo, sh
@@ -126,7 +127,7 @@ def test_second_loop_is_refused_with_the_holders_pid(tmp_path):
     try:
         wait_for(lambda: (Store(repo).state_dir / "runs").exists())
         second = cli("loop", "--max-experiments", "50", cwd=repo, check=False)
-        assert second.returncode == 1
+        assert second.returncode == EXIT_ERROR
         assert "another gitresearch loop holds" in second.stderr and f"pid {proc.pid}" in second.stderr
     finally:
         proc.kill()
@@ -263,4 +264,4 @@ def test_setup_runs_once_untimed_and_failures_are_clear(tmp_path):
     assert out.count("setup: python -c") == 1
     (repo / "gitresearch.toml").write_text(toml.replace("open(", "exit(3) or open("))
     failed = cli("loop", "--max-experiments", "2", cwd=repo, check=False)
-    assert failed.returncode == 1 and "exited 3" in failed.stderr
+    assert failed.returncode == EXIT_ERROR and "exited 3" in failed.stderr
