@@ -35,23 +35,34 @@ def test_the_wheel_ships_its_data_and_runs(tmp_path):
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
         str(tmp_path / "dist"), str(build), cwd=tmp_path, env=env)
     wheel = next((tmp_path / "dist").glob("gitresearch-*.whl"))
-    site = tmp_path / "site"
-    run(sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel),
-        cwd=tmp_path, env=env)
-    env["PYTHONPATH"] = str(site)
-    where = run(sys.executable, "-c", "import gitresearch; print(gitresearch.__file__)", cwd=tmp_path, env=env)
+    # A fresh venv, non-editable: its own site-packages holds the wheel; the heavy dependencies
+    # (torch, pygit2...) come from this interpreter's site-packages through a .pth line, which
+    # adds the folder to sys.path after the venv's own (an editable checkout there is not loaded).
+    venv = tmp_path / "venv"
+    run(sys.executable, "-m", "venv", "--without-pip", str(venv), cwd=tmp_path, env=env)
+    site = Path(run(str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))",
+                    cwd=tmp_path, env=env).strip())
+    deps = [p for p in sys.path if p.endswith("site-packages")]
+    (site / "dependencies.pth").write_text("\n".join(deps) + "\n")
+    run(sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps",
+        "--no-index", "-q", str(wheel), cwd=tmp_path, env=env)
+    env.pop("PYTHONPATH", None)
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
+    where = run(str(venv / "bin" / "python"), "-c", "import gitresearch; print(gitresearch.__file__)",
+                cwd=tmp_path, env=env)
     assert where.strip().startswith(str(site))  # the installed copy, not the checkout
     assert digest(site / "gitresearch" / "data" / "policy") == digest(ROOT / "policy")
+    gitresearch = str(venv / "bin" / "gitresearch")  # the console script the wheel installs
 
     research = tmp_path / "research"
-    run(sys.executable, "-m", "gitresearch", "init", "--template", "nanochat", str(research), cwd=tmp_path, env=env)
+    run(gitresearch, "init", "--template", "nanochat", str(research), cwd=tmp_path, env=env)
     copied = {k: v for k, v in digest(research).items() if not k.startswith(".git/")}
     assert copied == digest(ROOT / "target_repo")
     assert (research / ".git" / "hooks" / "pre-commit").read_bytes() == (ROOT / "hooks" / "pre-commit").read_bytes()
 
     fake = make_repo(tmp_path / "fake")
-    run(sys.executable, "-m", "gitresearch", "init", cwd=fake, env=env)
-    run(sys.executable, "-m", "gitresearch", "loop", "--max-experiments", "1", "--seed", "0", cwd=fake, env=env)
-    log = run(sys.executable, "-m", "gitresearch", "log", "--json", cwd=fake, env=env)
+    run(gitresearch, "init", cwd=fake, env=env)
+    run(gitresearch, "loop", "--max-experiments", "1", "--seed", "0", cwd=fake, env=env)
+    log = run(gitresearch, "log", "--json", cwd=fake, env=env)
     assert len(log.splitlines()) == 2  # the baseline and one experiment
     assert (FAKES / "curve.py").read_text() in (fake / "train.py").read_text()
