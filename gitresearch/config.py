@@ -203,8 +203,9 @@ def _section(cls, table: dict, where: str):
 
 
 def checked(value, annotation: str, where: str):
-    """`value` as the setting's declared type (an int where a float is declared becomes a
-    float); anything else is a ConfigError naming the key and the expected type."""
+    """`value` if it has the setting's declared type (an int passes where a float is declared,
+    and stays an int so notes that record it read as before); anything else is a ConfigError
+    naming the key and the expected type."""
     kinds = [k.strip() for k in annotation.split("|")]
     if value is None and "None" in kinds:
         return None
@@ -214,7 +215,7 @@ def checked(value, annotation: str, where: str):
         if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
             return value
         if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            return value
         if kind == "str" and isinstance(value, str):
             return value
         if kind == "tuple[str, ...]" and isinstance(value, tuple) and all(isinstance(v, str) for v in value):
