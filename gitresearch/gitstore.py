@@ -11,7 +11,6 @@ Layout in the research repo:
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shutil
 import subprocess
@@ -25,12 +24,12 @@ from pathlib import Path
 import pygit2
 
 from .errors import GitresearchError
+from .notes import note_text, parse_note
 
 BEST_REF = "refs/heads/best"
 NOTES_REF = "refs/notes/gitresearch"
 VERIFY_REF = "refs/notes/gitresearch-verify"  # `gitresearch verify`'s records, by commit
 EXPERIMENTS_PREFIX = "refs/gitresearch/experiments/"
-NOTE_SCHEMA = 1
 MAX_RESERVE_TRIES = 100  # experiment numbers tried before a refusing remote is an error
 AUTHOR = ("gitresearch", "gitresearch@localhost")  # the one identity of gitresearch's commits and notes
 IDENTITY_ENV = {"GIT_AUTHOR_NAME": AUTHOR[0], "GIT_AUTHOR_EMAIL": AUTHOR[1],
@@ -74,49 +73,6 @@ def git(*args: str, cwd: Path, check: bool = True, input: str | None = None,
         tail = (proc.stdout + proc.stderr)[-2000:]
         raise GitError(f"`git {' '.join(args)}` exited {proc.returncode} in {cwd}:\n{tail}")
     return proc.stdout
-
-
-def note_text(record: dict) -> str:
-    """A note: one line a person reads in `git log`, a blank line, then the record as JSON."""
-    if "verifications" in record:
-        return verify_text(record)
-    metric, name = record.get("val_bpb"), record.get("metric", "val_bpb")
-    shown = f"{name} {metric:.6f}" if isinstance(metric, (int, float)) else f"{name} -"
-    parts = [f"gitresearch #{record.get('experiment', '?')}", record.get("status", "?"), shown]
-    if isinstance(record.get("delta"), (int, float)):
-        parts.append(f"delta {record['delta']:+.6f}")
-    if isinstance(record.get("seconds"), (int, float)):
-        parts.append(f"{record['seconds']:.1f}s")
-    if record.get("status") == "keep":  # how far `git log best` may trust this step
-        verdict = (record.get("confirmation") or {}).get("verdict")
-        parts.append(f"confirmed: {verdict}" if verdict else "unconfirmed: kept on a single run")
-    if record.get("reason"):
-        parts.append(str(record["reason"]).splitlines()[0][:120])
-    body = json.dumps({"schema": NOTE_SCHEMA, **record}, sort_keys=True)
-    return " | ".join(parts) + "\n\n" + body + "\n"
-
-
-def verify_text(record: dict) -> str:
-    """A verification note: the newest verdict on one line, then every verification as JSON."""
-    newest = record["verifications"][-1]
-    line = f"gitresearch verify | {newest.get('verdict', '?')}"
-    if isinstance(newest.get("gain"), (int, float)):
-        low, high = newest["ci95"]
-        line += (f" | gain {newest['gain']:+.6f} (95% {low:+.6f} to {high:+.6f}) over "
-                 f"{len(newest.get('pairs') or [])} pairs")
-    body = json.dumps({"schema": NOTE_SCHEMA, **record}, sort_keys=True)
-    return line + "\n\n" + body + "\n"
-
-
-def parse_note(text: str) -> dict:
-    """The record written by note_text (any schema up to ours)."""
-    for line in text.splitlines():
-        if line.startswith("{"):
-            record = json.loads(line)
-            if record.get("schema", 1) > NOTE_SCHEMA:
-                raise GitError(f"note schema {record['schema']} is newer than {NOTE_SCHEMA}")
-            return record
-    raise GitError(f"not a gitresearch note: {text[:200]!r}")
 
 
 def create_repo(directory: Path) -> None:

@@ -5,8 +5,8 @@ import sys
 import pytest
 
 from gitresearch import gitstore
-from gitresearch.gitstore import (GitError, InvalidDiff, StaleRefError, Store, note_text,
-                                  parse_note)
+from gitresearch.gitstore import GitError, InvalidDiff, StaleRefError, Store
+from gitresearch.notes import note_text, parse_note
 from helpers import make_repo, sh
 
 
