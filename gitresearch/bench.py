@@ -1,16 +1,19 @@
 """`gitresearch bench early-stop`: replay recorded learning curves through early-stop methods
-(ours, none, a cutoff, Optuna's pruners), all given the same reports at the same times. The
-curve format and the figures are in docs/early-stop.md."""
+(ours, none, a cutoff, Optuna's pruners) at the same check times, one corpus or several with a
+pooled row. The curve format and the figures are in docs/early-stop.md."""
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import earlystop
+from scipy import stats
 
-METHODS = ("ours", "none", "cutoff", "optuna-median", "optuna-sha")
+from . import earlystop
+from .forecast import UNTRUSTED_SD, Calibration, FinishedRun
+
+METHODS = ("ours", "forecast", "none", "cutoff", "optuna-median", "optuna-sha")  # forecast: the previous rule
 
 
 @dataclass
@@ -20,6 +23,7 @@ class Run:
     final: float | None
     times: list[float]
     values: list[float]
+    config: str = ""  # the run's settings as sorted JSON: equal strings are repeats
 
     def seen_until(self, t: float) -> list[dict]:
         return [{"t": ti, "val_bpb": v} for ti, v in zip(self.times, self.values) if ti <= t + 1e-9]
@@ -42,10 +46,37 @@ def load_curves(path: Path) -> list[Run]:
         final = rec.get("final")
         final = float(final) if isinstance(final, (int, float)) and math.isfinite(final) else None
         runs.append(Run(str(rec["id"]), float(rec["budget_s"]), final,
-                        [t for t, _ in pairs], [v for _, v in pairs]))
+                        [t for t, _ in pairs], [v for _, v in pairs],
+                        json.dumps(rec.get("config"), sort_keys=True) if "config" in rec else ""))
     if not runs:
         raise ValueError(f"{path}: no curves")
     return runs
+
+
+def corpus_noise(runs: list[Run]) -> tuple[float, int] | None:
+    """(sd, dof) of the final value pooled over the corpus's repeated runs (equal configs), or
+    None when it holds no repeats."""
+    groups: dict[str, list[float]] = {}
+    for run in runs:
+        if run.config and run.final is not None:
+            groups.setdefault(run.config, []).append(run.final)
+    squares, dof = 0.0, 0
+    for finals in groups.values():
+        if len(finals) > 1:
+            mean = sum(finals) / len(finals)
+            squares += sum((f - mean) ** 2 for f in finals)
+            dof += len(finals) - 1
+    return (math.sqrt(squares / dof), dof) if dof else None
+
+
+def rate_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Clopper-Pearson (exact binomial) interval of a rate seen k times in n."""
+    if n == 0:
+        return 0.0, 1.0
+    tail = (1 - level) / 2
+    low = stats.beta.ppf(tail, k, n - k + 1) if k > 0 else 0.0
+    high = stats.beta.ppf(1 - tail, k + 1, n - k) if k < n else 1.0
+    return float(low), float(high)
 
 
 def check_times(budget: float, settings: earlystop.Settings) -> list[float]:
@@ -90,7 +121,9 @@ class OptunaMethod:
 
 def replay(runs: list[Run], method: str, settings: earlystop.Settings, noise: float) -> dict:
     best = None
-    calibration = earlystop.Calibration()
+    calibration = Calibration()
+    if method in ("forecast", "cutoff"):
+        settings = replace(settings, rule="forecast")
     optuna_method = OptunaMethod(method) if method.startswith("optuna") else None
     stops, stopped_ids, beaters, false_stops, used, covered, trusted = [], set(), 0, 0, 0.0, 0, 0
     full = sum(r.end for r in runs)
@@ -99,20 +132,20 @@ def replay(runs: list[Run], method: str, settings: earlystop.Settings, noise: fl
         stop_at = None
         if optuna_method is not None:
             stop_at = optuna_method.run(run, times)
-        elif method in ("ours", "cutoff") and best is not None:
+        elif method in ("ours", "forecast", "cutoff") and best is not None:
             monitor = earlystop.Monitor(run.budget, best, noise, calibration, settings)
-            for t in times:
-                if t > run.end:
+            # every point, as the loop feeds them: divergence is caught at once, checks when due
+            for t in run.times:
+                if t > run.end or t >= run.budget:
                     break
-                seen = run.seen_until(t)
                 n_checks = len(monitor.checks)
-                reason = monitor.update(seen)
+                reason = monitor.update(run.seen_until(t))
                 if len(monitor.checks) > n_checks:
                     check = monitor.checks[-1]
-                    if check.sd is not None and check.sd < earlystop.UNTRUSTED_SD and run.final is not None:
+                    if check.sd is not None and check.sd < UNTRUSTED_SD and run.final is not None:
                         trusted += 1
                         covered += check.low <= run.final <= check.high
-                    if method == "cutoff" and check.mean is not None and check.sd < earlystop.UNTRUSTED_SD:
+                    if method == "cutoff" and check.mean is not None and check.sd < UNTRUSTED_SD:
                         reason = "cutoff" if check.mean > monitor.threshold else None
                         monitor.accepted = False  # the cutoff has no accept region
                 if reason:
@@ -129,16 +162,60 @@ def replay(runs: list[Run], method: str, settings: earlystop.Settings, noise: fl
             used += run.end
             if run.final is not None:
                 best = run.final if best is None else min(best, run.final)
-                calibration.add(earlystop.FinishedRun(tuple(run.times), tuple(run.values), run.final, run.budget))
+                calibration.add(FinishedRun(tuple(run.times), tuple(run.values), run.final, run.budget))
     best_run = min((r for r in runs if r.final is not None), key=lambda r: r.final)
+    budget = sum(r.budget for r in runs)
     result = {
         "method": method, "runs": len(runs), "stopped_frac": len(stops) / len(runs),
         "budget_used_by_stopped": sum(stops) / len(stops) if stops else 0.0,
-        "compute_saved": (full - used) / sum(r.budget for r in runs),
-        "false_stops": false_stops, "false_stop_rate": false_stops / beaters if beaters else 0.0,
+        "compute_saved": (full - used) / budget,
+        "false_stops": false_stops, "beaters": beaters,
+        "false_stop_rate": false_stops / beaters if beaters else 0.0,
+        "false_stop_ci95": rate_interval(false_stops, beaters),
         "best_stopped": best_run.id in stopped_ids, "throughput_x": full / used if used else 1.0,
+        "stopped": len(stops), "seconds_budget": budget, "seconds_full": full, "seconds_used": used,
     }
-    if method == "ours":
+    if method == "forecast":
         result["coverage90"] = covered / trusted if trusted else None
         result["trusted_checks"] = trusted
     return result
+
+
+def pooled(results: list[dict]) -> dict:
+    """One method's rows of several corpora as one: compute saved over all their budget seconds,
+    false stops over all runs that would have beaten the best, the best of any corpus stopped."""
+    runs = sum(r["runs"] for r in results)
+    budget, full, used = (sum(r[k] for r in results) for k in ("seconds_budget", "seconds_full", "seconds_used"))
+    false_stops, beaters, stopped = (sum(r[k] for r in results) for k in ("false_stops", "beaters", "stopped"))
+    return {
+        "method": results[0]["method"], "corpus": "pooled", "runs": runs, "stopped_frac": stopped / runs,
+        "budget_used_by_stopped": (sum(r["budget_used_by_stopped"] * r["stopped"] for r in results) / stopped
+                                   if stopped else 0.0),
+        "compute_saved": (full - used) / budget, "false_stops": false_stops, "beaters": beaters,
+        "false_stop_rate": false_stops / beaters if beaters else 0.0,
+        "false_stop_ci95": rate_interval(false_stops, beaters),
+        "best_stopped": any(r["best_stopped"] for r in results), "throughput_x": full / used if used else 1.0,
+        "stopped": stopped, "seconds_budget": budget, "seconds_full": full, "seconds_used": used,
+    }
+
+
+def replay_corpora(paths: list[Path], methods, interval: float | None, min_fraction: float, beta: float,
+                   alpha: float, noise: float | None) -> list[dict]:
+    """Every method on every corpus (each with its own check interval, a tenth of its budget
+    unless given, and its own noise: `noise`, else the sd of its repeated runs, else 0), then one
+    pooled row per method when there are several corpora."""
+    rows = []
+    for path in paths:
+        runs = load_curves(path)
+        settings = earlystop.Settings(interval_s=interval or runs[0].budget / 10, min_fraction=min_fraction,
+                                      beta=beta, alpha=alpha)
+        measured = corpus_noise(runs)
+        corpus_sd = noise if noise is not None else (measured[0] if measured else 0.0)
+        for method in methods:
+            row = replay(runs, method, settings, corpus_sd)
+            row.update(corpus=Path(path).stem, noise=corpus_sd,
+                       noise_source="given" if noise is not None else ("repeats" if measured else "none"))
+            rows.append(row)
+    if len(paths) > 1:
+        rows += [pooled([r for r in rows if r["method"] == m]) for m in methods]
+    return rows

@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from . import bench, bisect_run, earlystop, export, report
+from . import bench, bisect_run, export, report
 from .config import Config, load
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NEGATIVE, GitresearchError
 from .gitstore import Store
@@ -225,28 +225,28 @@ def bench_group():
 
 
 @bench_group.command("early-stop")
-@click.option("--curves", "curves", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="recorded curves, one JSON object per line (benchmarks/make_curves.py)")
+@click.option("--curves", "curves", required=True, multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="recorded curves, one JSON object per line (benchmarks/make_curves.py); repeat for "
+                   "several corpora and a pooled row")
 @click.option("--interval", type=float, help="seconds of training between checks [default: budget / 10]")
 @click.option("--min-fraction", type=float, default=0.2, show_default=True)
-@click.option("--beta", type=float, default=0.05, show_default=True, help="false-stop bound")
-@click.option("--alpha", type=float, default=0.01, show_default=True, help="missed-stop bound")
-@click.option("--noise", type=float, default=0.007, show_default=True,
-              help="noise floor (sd of the final metric between identical runs)")
+@click.option("--beta", type=float, default=0.05, show_default=True, help="false-stop level")
+@click.option("--alpha", type=float, default=0.01, show_default=True, help="missed-stop level")
+@click.option("--noise", type=float, default=None,
+              help="noise floor (sd of the final metric between identical runs) [default: from the "
+                   "corpus's repeated runs, else 0]")
 @click.option("--method", "methods", multiple=True, type=click.Choice(bench.METHODS),
               help="methods to replay [default: all]")
-@click.option("--json", "as_json", is_flag=True, help="one JSON object per method")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per method and corpus")
 def bench_early_stop(curves, interval, min_fraction, beta, alpha, noise, methods, as_json):
-    """Replay recorded learning curves through the self-evaluation and its rivals."""
-    runs = bench.load_curves(curves)
-    interval = interval or runs[0].budget / 10
-    settings = earlystop.Settings(interval_s=interval, min_fraction=min_fraction, beta=beta, alpha=alpha)
-    results = [bench.replay(runs, m, settings, noise) for m in (methods or bench.METHODS)]
+    """Replay recorded learning curves through the early stop and its rivals."""
+    rows = bench.replay_corpora(list(curves), methods or bench.METHODS, interval, min_fraction, beta, alpha, noise)
     if as_json:
-        for r in results:
-            click.echo(json.dumps(r))
+        for row in rows:
+            click.echo(json.dumps(row))
     else:
-        report.print_bench(results, Console())
+        report.print_bench(rows, Console())
 
 
 if __name__ == "__main__":

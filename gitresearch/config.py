@@ -86,12 +86,17 @@ class ConfirmConfig:
 @dataclass(frozen=True)
 class EarlyStopConfig:
     enabled: bool = True
+    rule: str = "race"  # race (behind the finished runs at equal time) | forecast (the previous rule)
     interval_s: float = 30.0  # seconds of training between checks
     min_fraction: float = 0.2  # no stop before this share of the budget
-    beta: float = 0.05  # bound on stopping a run that would have beaten the threshold
-    alpha: float = 0.01  # bound on running to the end a run that misses by delta or more
-    margin_k: float = 1.0  # threshold = best + margin_k x noise floor
-    delta_k: float = 4.0  # indifference zone = delta_k x noise floor
+    min_history: int = 5  # finished runs at this budget needed before any stop but a divergence
+    race_c: float = 0.5  # least place of the stop line between the lead (0) and the median (1)
+    race_safety: float = 1.5  # the line leaves this x the room the repo's winners needed
+    race_noise_k: float = 2.0  # the line is at least this x sqrt(2) x noise floor above the lead
+    beta: float = 0.05  # forecast rule: level of the stop boundary
+    alpha: float = 0.01  # forecast rule: level of the accept boundary
+    margin_k: float = 1.0  # forecast rule: threshold = best + margin_k x noise floor
+    delta_k: float = 4.0  # forecast rule: indifference zone = delta_k x noise floor
 
 
 @dataclass(frozen=True)
@@ -254,4 +259,7 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
         raise ConfigError(f"{path} [metric] direction = {sections['metric'].direction!r}: only "
                           f"\"minimize\" is supported; to maximise a score, have the script (or the "
                           f"evaluator) report its negative, e.g. neg_accuracy")
+    if sections["early_stop"].rule not in ("race", "forecast"):
+        raise ConfigError(f"{path} [early_stop] rule = {sections['early_stop'].rule!r}: expected "
+                          f"\"race\" or \"forecast\"")
     return Config(schema=schema, **sections)

@@ -1,269 +1,48 @@
-"""Early stop (docs/early-stop.md): forecast a run's final metric from its learning curve,
-calibrate the forecast on the runs that trained their whole budget, and stop hopeless runs
-with a sequential probability ratio test. `EarlyStop` feeds a `Monitor` per run from the repo.
-"""
+"""Early stop (docs/early-stop.md): a `Monitor` per run watches its metric points and stops it
+when it is behind the runs that trained their whole budget by more than they ever let a
+winner be behind (the `race` rule), or on the calibrated forecast (the `forecast` rule).
+`EarlyStop` feeds monitors from the repo."""
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-from scipy.optimize import OptimizeWarning, curve_fit
-from scipy.stats import theilslopes
-
 from . import metrics
 from .config import Config
+from .forecast import UNTRUSTED_SD, Calibration, FinishedRun, forecast
 from .gitstore import Store
 
-WARMUP_FRACTION = 0.1  # leave out points before this share of the elapsed time
-MIN_POINTS = 5  # points needed for a fit
-MIN_HISTORY = 6  # finished runs needed before the forecast is trusted
-UNTRUSTED_SD = 1e3  # sd used while the history is too short: no stop
-Z90 = 1.6449  # two-sided 90 % normal quantile
 DIVERGE_FACTOR = 1.5  # a metric above this multiple of its first value is a divergence
-
-
-def power_law(t, a, b, c):
-    return a * np.power(t, -b) + c
-
-
-@dataclass(frozen=True)
-class Fit:
-    a: float
-    b: float
-    c: float
-    cov: np.ndarray
-
-    def predict(self, t: float) -> float:
-        return float(power_law(t, self.a, self.b, self.c))
-
-    def sd(self, t: float) -> float:
-        """Delta-method sd of L(t) from the parameter covariance."""
-        grad = np.array([t ** -self.b, -self.a * math.log(t) * t ** -self.b, 1.0])
-        var = float(grad @ self.cov @ grad)
-        return math.sqrt(max(var, 0.0)) if math.isfinite(var) else float("inf")
-
-
-def fit_curve(times, values) -> Fit | None:
-    """Power-law fit of the points after the warm-up; None when it cannot be fitted."""
-    t = np.asarray(times, dtype=float)
-    y = np.asarray(values, dtype=float)
-    ok = np.isfinite(t) & np.isfinite(y) & (t > 0)
-    t, y = t[ok], y[ok]
-    if len(t) == 0:
-        return None
-    keep = t >= WARMUP_FRACTION * t.max()
-    t, y = t[keep], y[keep]
-    if len(t) < MIN_POINTS:
-        return None
-    span = max(float(y.max() - y.min()), 1e-6)
-    p0 = (span * t[0] ** 0.5, 0.5, max(float(y.min()) - 0.1 * span, 0.0))
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", OptimizeWarning)
-            params, cov = curve_fit(power_law, t, y, p0=p0, bounds=([0, 1e-3, 0], [np.inf, 3, np.inf]),
-                                    loss="soft_l1", f_scale=span / 20 + 1e-6, max_nfev=2000)
-    except (RuntimeError, ValueError):
-        return None
-    return Fit(*map(float, params), cov=np.nan_to_num(cov, nan=np.inf))
-
-
-@dataclass(frozen=True)
-class Forecast:
-    mean: float
-    sd: float  # scale of how far below `mean` the final may land (what a false stop needs)
-    fit: Fit | None
-    kind: str = "extrapolate"  # which calibrated forecast was chosen
-    upper: float | None = None  # how far above `mean` the 90 % interval reaches
-    lower: float | None = None  # how far below `mean` it reaches
-
-    @property
-    def interval90(self) -> tuple[float, float]:
-        low = self.lower if self.lower is not None else Z90 * self.sd
-        high = self.upper if self.upper is not None else Z90 * self.sd
-        return self.mean - low, self.mean + high
-
-
-@dataclass(frozen=True)
-class FinishedRun:
-    """A run that trained its whole budget: its curve and its final metric."""
-    times: tuple[float, ...]
-    values: tuple[float, ...]
-    final: float
-    budget: float
-
-
-def raw_forecasts(times, values, budget) -> tuple[dict[str, float], float, Fit | None] | None:
-    """The two raw forecasts of L(budget) from one fit: `extrapolate` (the fitted curve at the
-    budget) and `anchor` (the fitted curve now, a smoothed current value), with the fit's sd
-    at the budget. When no power law fits yet (a plateau, too few points after the warm-up),
-    both are the median of the last three values and the fit's sd is infinite, so only the
-    anchored candidates can be chosen."""
-    fit = fit_curve(times, values)
-    if fit is None:
-        recent = [v for v in values[-3:] if math.isfinite(v)]
-        if len(values) < MIN_POINTS or len(recent) < 3:
-            return None
-        level = statistics.median(recent)
-        return {"extrapolate": level, "anchor": level}, float("inf"), None
-    return {"extrapolate": fit.predict(budget), "anchor": fit.predict(max(times))}, fit.sd(budget), fit
-
-
-class Calibration:
-    """Residuals (final - raw forecast) of finished runs, by fraction of the budget."""
-
-    def __init__(self, runs: list[FinishedRun] = ()):
-        self.runs = list(runs)
-        self.cache: dict[tuple[int, int], dict[str, float] | None] = {}
-        self.models: dict[tuple, tuple] = {}  # (fraction key, runs, option) -> _calibrate()
-
-    def model(self, fraction: float, option: str, pairs: list[tuple[float, float]]):
-        key = (round(fraction * 40), len(self.runs), option)
-        if key not in self.models:
-            self.models[key] = _calibrate(pairs)
-        return self.models[key]
-
-    def add(self, run: FinishedRun) -> None:
-        self.runs.append(run)
-
-    def residuals(self, fraction: float) -> dict[str, list[tuple[float, float]]]:
-        """(raw forecast, final) pairs of the finished runs, per kind of raw forecast."""
-        key_f = round(fraction * 40)  # share the refits of checks at about the same fraction
-        out = {"extrapolate": [], "anchor": []}
-        for i, run in enumerate(self.runs):
-            key = (i, key_f)
-            if key not in self.cache:
-                cut = fraction * run.budget
-                pts = [(t, v) for t, v in zip(run.times, run.values) if t <= cut]
-                got = raw_forecasts([p[0] for p in pts], [p[1] for p in pts], run.budget) if pts else None
-                ok = got and all(math.isfinite(v) for v in got[0].values())
-                self.cache[key] = dict(got[0]) if ok else None
-            if self.cache[key] is not None:
-                for k, v in self.cache[key].items():
-                    out[k].append((v, run.final))
-        return out
-
-
-def _conformal(values: list[float], level: float = 0.95, widen_small: bool = False) -> float:
-    """Split-conformal one-sided bound: the ceil((n + 1) x level)-th smallest of `values`
-    (exchangeable runs stay under it with probability >= level; one odd run moves it by one
-    order statistic, not by its size). With too few runs for that order statistic, the
-    largest value; `widen_small` then also takes a normal prediction bound from the sample
-    spread when it is wider (used for the reported interval)."""
-    ordered = sorted(values)
-    n = len(ordered)
-    rank = math.ceil((n + 1) * level)
-    if rank <= n:
-        return max(ordered[rank - 1], 0.0)
-    if not widen_small or n < 2:
-        return max(ordered[-1], 0.0)
-    mean, sd = statistics.fmean(ordered), statistics.stdev(ordered)
-    z = statistics.NormalDist().inv_cdf(level)
-    return max(ordered[-1], mean + z * sd * math.sqrt(1 + 1 / n), 0.0)
-
-
-def _conformal_sd(residuals: list[float], center: float = 0.0) -> float:
-    """How far below the prediction a final can land (residual = final - prediction), as the
-    sd of a normal with the same one-sided 95 % bound. Only this side makes false stops: a run
-    that ends worse than predicted is never wrongly stopped."""
-    return _conformal([center - r for r in residuals]) / Z90
-
-
-INTERVAL_LEVEL = 0.95  # each side of the reported 90 % interval (normalized conformal)
-BLEND_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # weights of `extrapolate` against `anchor`
-MIN_REGRESSION = 6  # finished runs needed to fit a slope, not only a shift
-
-
-def _line(pairs: list[tuple[float, float]]) -> tuple[float, float]:
-    """(intercept, slope) of final ~ intercept + slope x raw: Theil-Sen, robust to odd runs;
-    a shift only (slope 1) while the history is short."""
-    raws = [r for r, _ in pairs]
-    if len(pairs) >= MIN_REGRESSION and max(raws) - min(raws) > 1e-9:
-        slope = min(max(float(theilslopes([f for _, f in pairs], raws)[0]), 0.0), 2.0)
-    else:
-        slope = 1.0
-    return statistics.median(f - slope * r for r, f in pairs), slope
-
-
-def _calibrate(pairs: list[tuple[float, float]]):
-    """The calibration line and its leave-one-out residuals (final - prediction of a line
-    fitted without that run): out-of-sample errors, so the spread is honest for a new run."""
-    intercept, slope = _line(pairs)
-    loo = []
-    for j, (raw, final) in enumerate(pairs):
-        a, b = _line(pairs[:j] + pairs[j + 1:])
-        loo.append(final - (a + b * raw))
-    return (lambda x: intercept + slope * x), loo
-
-
-def forecast(times, values, budget: float, calibration: Calibration) -> Forecast | None:
-    """The calibrated forecast: for each blend w x extrapolate + (1 - w) x anchor (w in
-    BLEND_WEIGHTS), regress the finals of finished runs on their blended raw forecasts at this
-    fraction of the budget; use the blend whose residuals are tightest (split-conformal)."""
-    raw = raw_forecasts(times, values, budget)
-    if raw is None:
-        return None
-    means, fit_sd, fit = raw
-    history = calibration.residuals(max(times) / budget)
-    if len(history["anchor"]) < MIN_HISTORY:
-        return Forecast(means["extrapolate"], UNTRUSTED_SD, fit)
-    fit_sd = fit_sd if math.isfinite(fit_sd) else UNTRUSTED_SD
-    options = []
-    # relative: the gap to the best finished run at the same time predicts the gap at the end
-    # (what both runs share, the warm-down drop and the estimate-vs-final gap, cancels)
-    anchor_ref, final_ref = min(history["anchor"], key=lambda pair: pair[1])
-    fraction = max(times) / budget
-    pairs = [(a - anchor_ref, final - final_ref) for a, final in history["anchor"]]
-    predict, res = calibration.model(fraction, "relative", pairs)
-    x = means["anchor"] - anchor_ref
-    options.append((max(_conformal_sd(res), 1e-4), final_ref + predict(x), "relative",
-                    *_normalized_interval(pairs, res, x, 0.0)))
-    for w in BLEND_WEIGHTS:
-        pairs = [(w * e + (1 - w) * a, final) for (e, final), (a, _) in
-                 zip(history["extrapolate"], history["anchor"])]
-        predict, res = calibration.model(fraction, f"w={w:g}", pairs)
-        x = w * means["extrapolate"] + (1 - w) * means["anchor"]
-        # a run fitted worse than typical widens its own interval, in proportion to w
-        spread = max(_conformal_sd(res), w * fit_sd, 1e-4)
-        upper, lower = _normalized_interval(pairs, res, x, min(pairs, key=lambda pair: pair[1])[0])
-        options.append((spread, predict(x), f"w={w:g}", max(upper, Z90 * w * fit_sd),
-                        max(lower, Z90 * w * fit_sd)))
-    sd, mean, kind, upper, lower = min(options, key=lambda option: option[0])
-    return Forecast(mean, sd, fit, kind, upper, lower)
-
-
-def _normalized_interval(pairs, residuals, x: float, x_ref: float) -> tuple[float, float]:
-    """(upper, lower) reach of the reported 90 % interval: normalized split-conformal. Each
-    residual is divided by the run's distance from the best run's raw forecast (plus the
-    median distance), so a run far from the best, where the calibration line is least
-    supported (finished runs are mostly near the best: the losers were stopped), gets a wider
-    interval and one near the best a tighter one."""
-    distances = [abs(raw - x_ref) for raw, _ in pairs]
-    base = max(statistics.median(distances), 1e-6)
-    scores = [r / (d + base) for r, d in zip(residuals, distances)]
-    scale = abs(x - x_ref) + base
-    return (_conformal(scores, INTERVAL_LEVEL, True) * scale,
-            _conformal([-v for v in scores], INTERVAL_LEVEL, True) * scale)
+RULES = ("race", "forecast")
 
 
 @dataclass(frozen=True)
 class Settings:
+    rule: str = "race"  # race | forecast
     interval_s: float = 30.0  # seconds of training between checks
     min_fraction: float = 0.2  # no stop before this share of the budget
-    beta: float = 0.05  # bound on stopping a run that would have beaten the threshold
-    alpha: float = 0.01  # bound on running to the end a run that misses by delta or more
+    min_history: int = 5  # finished runs needed before any stop but a divergence
+    # race: the stop line sits at lead + c x (median - lead) of the finished runs at equal time
+    race_c: float = 0.5  # the least c (1 is Optuna's MedianPruner line)
+    race_safety: float = 1.5  # c is at least this x the largest c a winner of this repo needed
+    race_noise_k: float = 2.0  # the line is at least this x sqrt(2) x noise floor above the lead
+    # forecast: stop when the calibrated forecast is above best + margin (previous rule)
+    beta: float = 0.05  # level of the forecast rule's stop boundary
+    alpha: float = 0.01  # level of its accept boundary
     margin_k: float = 1.0  # threshold = best + margin_k x noise floor
     delta_k: float = 4.0  # indifference zone delta = delta_k x noise floor
     min_noise: float = 0.002  # floor of the noise floor (metric units)
 
 
-def sprt(x: float, sd: float, theta: float, delta: float, settings: Settings) -> tuple[float, str]:
-    """(LLR, decision) of the Wald SPRT of H1: mu >= theta + delta against H0: mu <= theta,
-    from an observation x ~ N(mu, sd^2) that summarises all the evidence so far."""
+def forecast_test(x: float, sd: float, theta: float, delta: float, settings: Settings) -> tuple[float, str]:
+    """(log likelihood ratio, decision) of the forecast rule: the latest calibrated forecast
+    x ~ N(mu, sd^2) weighed for H1 mu >= theta + delta against H0 mu <= theta with Wald's
+    boundaries. One look's ratio, taken afresh at each check: not a sequential test, and beta
+    is a level, not a bound (docs/early-stop.md)."""
     llr = delta / sd ** 2 * (x - theta - delta / 2)
     if llr >= math.log((1 - settings.alpha) / settings.beta):
         return llr, "stop"
@@ -272,15 +51,62 @@ def sprt(x: float, sd: float, theta: float, delta: float, settings: Settings) ->
     return llr, "continue"
 
 
+def value_at(times, values, t: float) -> float | None:
+    """The latest value at or before t (None before the first point or after the last)."""
+    if not times or t > times[-1] + 1e-9:
+        return None
+    i = bisect.bisect_right(times, t + 1e-9) - 1
+    return values[i] if i >= 0 else None
+
+
+class Race:
+    """The finished runs at equal elapsed time: where the stop line of a check sits, and how
+    far behind their field the repo's winners were (what the line must leave room for)."""
+
+    def __init__(self, history: Calibration):
+        self.history = history
+        self.needed: dict[tuple[int, int], float] = {}  # (runs, check key) -> largest winner's c
+
+    @staticmethod
+    def field_at(runs, t: float) -> list[float]:
+        found = (value_at(r.times, r.values, t) for r in runs)
+        return [v for v in found if v is not None and math.isfinite(v)]
+
+    def winners_c(self, fraction: float, settings: Settings) -> float:
+        """The largest c = (value - lead) / (median - lead) at this fraction of the budget that a
+        run needed which then beat every run finished before it (measured against those)."""
+        runs = self.history.runs
+        key = (len(runs), round(fraction * 40))
+        if key not in self.needed:
+            worst, best = 0.0, None
+            for i, run in enumerate(runs):
+                if best is not None and run.final < best and i >= settings.min_history:
+                    t = fraction * run.budget
+                    own = value_at(run.times, run.values, t)
+                    others = self.field_at(runs[:i], t)
+                    if own is not None and len(others) >= settings.min_history:
+                        lead, median = min(others), statistics.median(others)
+                        if median > lead:
+                            worst = max(worst, (own - lead) / (median - lead))
+                best = run.final if best is None else min(best, run.final)
+            self.needed[key] = worst
+        return self.needed[key]
+
+
 @dataclass
 class Check:
     t: float
-    mean: float | None
-    sd: float | None
+    mean: float | None  # the final it points to (race: the leader's final + the distance to it)
+    sd: float | None  # forecast rule: the forecast's sd and 90 % interval
     low: float | None
     high: float | None
     llr: float | None
-    decision: str  # continue | stop | accept | diverged | no_fit
+    decision: str  # continue | stop | accept | diverged | no_fit | no_field
+    value: float | None = None  # race rule: the run's value now
+    lead: float | None = None  # the best value of the finished runs at this time
+    median: float | None = None  # their median
+    line: float | None = None  # the stop line
+    c: float | None = None  # the line's place between lead (0) and median (1)
 
 
 @dataclass
@@ -288,14 +114,15 @@ class Monitor:
     """Watches one run: call `update(points)` with the metric points seen so far; it returns a
     stop reason, or None. `checks` records every check; `comment` is the one-line verdict."""
     budget: float
-    best: float | None  # best final so far (None: nothing to beat yet, no SPRT stop)
+    best: float | None  # best final so far (None: nothing to beat yet, no stop but divergence)
     noise: float  # noise floor (sd of the metric between identical runs)
-    calibration: Calibration
+    calibration: Calibration  # the finished runs at this budget, in the order they finished
     settings: Settings = field(default_factory=Settings)
     metric: str = "val_bpb"
     checks: list[Check] = field(default_factory=list)
     comment: str = ""
     accepted: bool = False
+    race: Race | None = None
 
     @property
     def threshold(self) -> float | None:
@@ -304,8 +131,8 @@ class Monitor:
         return self.best + self.settings.margin_k * max(self.noise, self.settings.min_noise)
 
     def delta(self, sd: float) -> float:
-        """The indifference zone at a check whose forecast has this sd: the alternative with
-        the lowest stop boundary, sd sqrt(2 log A), and at least delta_k x the noise floor."""
+        """The forecast rule's indifference zone: the alternative with the lowest stop boundary,
+        sd sqrt(2 log A), and at least delta_k x the noise floor."""
         log_a = math.log((1 - self.settings.alpha) / self.settings.beta)
         floor = self.settings.delta_k * max(self.noise, self.settings.min_noise)
         return max(floor, sd * math.sqrt(2 * log_a))
@@ -328,22 +155,53 @@ class Monitor:
         due = s.min_fraction * self.budget + len(self.checks) * s.interval_s
         if self.accepted or last_t < due - 0.25 * s.interval_s or self.threshold is None:
             return None
+        if s.rule == "race":
+            return self._race(last_t, last_v)
+        return self._forecast(times, values, last_t)
+
+    def _race(self, t: float, value: float) -> str | None:
+        s = self.settings
+        self.race = self.race or Race(self.calibration)
+        others = Race.field_at(self.calibration.runs, t)
+        if len(others) < s.min_history:
+            self.checks.append(Check(t, None, None, None, None, None, "no_field", value))
+            return None
+        lead, median = min(others), statistics.median(others)
+        c = max(s.race_c, s.race_safety * self.race.winners_c(t / self.budget, s))
+        line = lead + max(c * (median - lead), s.race_noise_k * math.sqrt(2) * self.noise)
+        decision = "stop" if value > line else "continue"
+        # what the run would end at if it kept its distance to the leader (the reward's estimate)
+        leader = min((r for r in self.calibration.runs if value_at(r.times, r.values, t) == lead),
+                     key=lambda r: r.final)
+        self.checks.append(Check(t, leader.final + value - lead, None, None, None, None, decision,
+                                 value, lead, median, line, c))
+        verdict = (f"{self.metric} {value:.4f} vs line {line:.4f} (lead {lead:.4f}, median "
+                   f"{median:.4f} of {len(others)} finished runs at {t:.0f} s, c {c:.2f})")
+        self.comment = f"{'stopped' if decision == 'stop' else 'ran to the end'} at {t:.0f} s: {verdict}"
+        return self.comment if decision == "stop" else None
+
+    def _forecast(self, times, values, t: float) -> str | None:
         fc = forecast(times, values, self.budget, self.calibration)
         if fc is None:
-            self.checks.append(Check(last_t, None, None, None, None, None, "no_fit"))
+            self.checks.append(Check(t, None, None, None, None, None, "no_fit"))
             return None
         theta, delta = self.threshold, self.delta(fc.sd)
-        llr, decision = sprt(fc.mean, fc.sd, theta, delta, s)
+        llr, decision = forecast_test(fc.mean, fc.sd, theta, delta, self.settings)
         low, high = fc.interval90
-        self.checks.append(Check(last_t, fc.mean, fc.sd, low, high, llr, decision))
-        verdict = (f"forecast {fc.mean:.4f} ± {fc.sd:.4f} vs threshold {theta:.4f}")
+        self.checks.append(Check(t, fc.mean, fc.sd, low, high, llr, decision))
+        verdict = f"forecast {fc.mean:.4f} ± {fc.sd:.4f} vs threshold {theta:.4f}"
         if decision == "stop":
-            self.comment = f"stopped at {last_t:.0f} s: {verdict}"
+            self.comment = f"stopped at {t:.0f} s: {verdict}"
             return self.comment
         if decision == "accept":
             self.accepted = True
-        self.comment = f"{'accepted' if self.accepted else 'ran to the end'} at {last_t:.0f} s: {verdict}"
+        self.comment = f"{'accepted' if self.accepted else 'ran to the end'} at {t:.0f} s: {verdict}"
         return None
+
+
+def trusted(check: Check) -> bool:
+    """A forecast check whose interval rests on enough finished runs."""
+    return check.sd is not None and check.sd < UNTRUSTED_SD
 
 
 # -- fed from the repo -------------------------------------------------------------------------
@@ -360,7 +218,7 @@ class EarlyStop:
     def finished_runs(self):
         """(run dir, final) of every run that trained its whole budget at the current budget."""
         budget = self.config.run.budget_s
-        for exp in self.store.experiments():
+        for exp in reversed(self.store.experiments()):  # in the order they ran: the race needs it
             rec = exp.record or {}
             if rec.get("status") not in FINISHED or rec.get("budget_s") != budget:
                 continue
@@ -371,8 +229,9 @@ class EarlyStop:
             elif rec.get("val_bpb") is not None:
                 yield self.run_dir(exp.number), rec["val_bpb"]
 
-    def monitor(self) -> Monitor | None:
-        """A Monitor for the next run, or None when early stop is off."""
+    def monitor(self, noise: float | None = None) -> Monitor | None:
+        """A Monitor for the next run, or None when early stop is off. `noise`: the repo's
+        pooled noise floor (sd); the baseline's own sd when not given."""
         es = self.config.early_stop
         if not es.enabled:
             return None
@@ -393,8 +252,9 @@ class EarlyStop:
         best = (self.store.read_note(self.store.best()) or {}).get("val_bpb")
         # A short budget still gets about ten checks: at most a tenth of the budget apart.
         interval = min(es.interval_s, self.config.run.budget_s / 10)
-        settings = Settings(interval_s=interval, min_fraction=es.min_fraction,
-                                     beta=es.beta, alpha=es.alpha, margin_k=es.margin_k,
-                                     delta_k=es.delta_k)
-        return Monitor(self.config.run.budget_s, best, baseline.get("noise_std") or 0.0,
-                                self.calibration, settings, metric=name)
+        settings = Settings(rule=es.rule, interval_s=interval, min_fraction=es.min_fraction,
+                            min_history=es.min_history, race_c=es.race_c, race_safety=es.race_safety,
+                            race_noise_k=es.race_noise_k, beta=es.beta, alpha=es.alpha,
+                            margin_k=es.margin_k, delta_k=es.delta_k)
+        sd = noise if noise is not None else (baseline.get("noise_std") or 0.0)
+        return Monitor(self.config.run.budget_s, best, sd, self.calibration, settings, metric=name)

@@ -180,7 +180,7 @@ class Judge:
     def screen(self, number, commit, parent, description, data) -> dict | None:
         self.display(f"#{number} {description}")
         started = time.time()
-        monitor = self.early_stop.monitor()
+        monitor = self.early_stop.monitor(self.noise_floor().sigma)
         result = run_commit(self.store, self.config, commit, self.run_dir(number),
                             self._progress(number), self.stop_event,
                             should_stop=monitor.update if monitor else None, env_extra=self.env_extra)

@@ -219,15 +219,26 @@ class LiveProgress:
                              total=p["budget"])
 
 
-def print_bench(results: list[dict], console: Console) -> None:
-    """Methods as columns, figures as rows, so that it fits a terminal."""
-    table = Table(title="early stop, replayed")
-    table.add_column("figure")
-    for r in results:
-        table.add_column(r["method"], justify="right")
-    for key in ("runs", "stopped_frac", "budget_used_by_stopped", "compute_saved", "false_stops",
-                "false_stop_rate", "best_stopped", "throughput_x", "coverage90"):
-        cells = [_fmt(r.get(key), ".3f") if isinstance(r.get(key), float) else str(r.get(key, "-"))
-                 for r in results]
-        table.add_row(key, *cells)
-    console.print(table)
+def print_bench(rows: list[dict], console: Console) -> None:
+    """One table per corpus (and the pooled one): methods as columns, figures as rows."""
+    for corpus in dict.fromkeys(r["corpus"] for r in rows):
+        results = [r for r in rows if r["corpus"] == corpus]
+        noise = results[0].get("noise")
+        title = f"early stop, replayed: {corpus}" + (
+            f" (noise {noise:.4f} from {results[0]['noise_source']})" if noise is not None else "")
+        table = Table(title=title)
+        table.add_column("figure")
+        for r in results:
+            table.add_column(r["method"], justify="right")
+        for key in ("runs", "stopped_frac", "budget_used_by_stopped", "compute_saved", "false_stops",
+                    "beaters", "false_stop_rate", "false_stop_ci95", "best_stopped", "throughput_x",
+                    "coverage90"):
+            cells = []
+            for r in results:
+                value = r.get(key)
+                if key == "false_stop_ci95" and value is not None:
+                    cells.append(f"{value[0]:.3f}-{value[1]:.3f}")
+                else:
+                    cells.append(_fmt(value, ".3f") if isinstance(value, float) else str(value if key in r else "-"))
+            table.add_row(key, *cells)
+        console.print(table)

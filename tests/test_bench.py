@@ -2,6 +2,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from helpers import cli
 
@@ -28,7 +29,7 @@ def test_bench_reports_every_method(tmp_path):
     synthetic_corpus(corpus)
     out = cli("bench", "early-stop", "--curves", str(corpus), "--noise", "0.005", "--json", cwd=tmp_path).stdout
     results = {r["method"]: r for r in map(json.loads, out.splitlines())}
-    assert set(results) == {"ours", "none", "cutoff", "optuna-median", "optuna-sha"}
+    assert set(results) == {"ours", "forecast", "none", "cutoff", "optuna-median", "optuna-sha"}
     for r in results.values():
         for key in ("runs", "stopped_frac", "budget_used_by_stopped", "compute_saved", "false_stops",
                     "false_stop_rate", "best_stopped", "throughput_x"):
@@ -40,7 +41,8 @@ def test_bench_reports_every_method(tmp_path):
     assert none["stopped_frac"] == 0 and none["compute_saved"] == 0 and none["throughput_x"] == 1
     assert ours["stopped_frac"] > 0.3 and ours["compute_saved"] > 0.2 and ours["throughput_x"] > 1.2
     assert ours["best_stopped"] is False and ours["false_stop_rate"] <= 0.2
-    assert 0.0 <= ours["coverage90"] <= 1.0 and ours["trusted_checks"] > 0
+    forecast = results["forecast"]
+    assert 0.0 <= forecast["coverage90"] <= 1.0 and forecast["trusted_checks"] > 0
     table = cli("bench", "early-stop", "--curves", str(corpus), "--method", "ours", cwd=tmp_path).stdout
     assert "replayed" in table and "ours" in table
 
@@ -58,3 +60,47 @@ def test_corpus_format_pairs_null_final_and_nan(tmp_path):
     assert runs[0].times == [1.0, 2.0] and runs[0].final == 2.0 and runs[0].end == 10.0
     assert runs[1].final is None and runs[1].end == 2.0 and str(runs[1].values[1]) == "nan"
     assert runs[2].values == [3.1]
+
+
+def test_several_corpora_give_a_pooled_row_with_an_exact_interval(tmp_path):
+    from gitresearch.bench import rate_interval
+
+    assert rate_interval(0, 20)[0] == 0.0 and rate_interval(0, 20)[1] == pytest.approx(1 - 0.025 ** (1 / 20))
+    low, high = rate_interval(3, 10)  # Clopper-Pearson, as tabulated
+    assert (round(low, 4), round(high, 4)) == (0.0667, 0.6525)
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    synthetic_corpus(a, runs=30, seed=1)
+    synthetic_corpus(b, runs=20, budget=30.0, seed=2)
+    out = cli("bench", "early-stop", "--curves", str(a), "--curves", str(b), "--method", "ours",
+              "--method", "optuna-median", "--json", cwd=tmp_path).stdout
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [(r["corpus"], r["method"]) for r in rows] == [
+        ("a", "ours"), ("a", "optuna-median"), ("b", "ours"), ("b", "optuna-median"),
+        ("pooled", "ours"), ("pooled", "optuna-median")]
+    for method in ("ours", "optuna-median"):
+        ra, rb, pooled = (r for r in rows if r["method"] == method)
+        assert pooled["runs"] == 50
+        assert pooled["compute_saved"] == pytest.approx(
+            (ra["compute_saved"] * 30 * 60.0 + rb["compute_saved"] * 20 * 30.0) / (30 * 60.0 + 20 * 30.0))
+        assert pooled["false_stops"] == ra["false_stops"] + rb["false_stops"]
+        assert pooled["beaters"] == ra["beaters"] + rb["beaters"]
+        assert pooled["false_stop_ci95"] == list(rate_interval(pooled["false_stops"], pooled["beaters"]))
+        assert pooled["best_stopped"] == (ra["best_stopped"] or rb["best_stopped"])
+
+
+def test_noise_comes_from_the_corpus_repeats_and_divergence_is_seen_at_every_point(tmp_path):
+    path = tmp_path / "c.jsonl"
+    lines = []
+    for i, final in enumerate([2.0, 2.02, 2.04, 2.5, 2.6, 2.7, 2.8]):  # three repeats of one config
+        points = [[t, 3.0 - t / 100 + (final - 2.0)] for t in range(2, 61, 2)]
+        lines.append({"id": f"r{i}", "budget_s": 60.0, "final": final, "points": points,
+                      "config": {"LR": 0.1} if i < 3 else {"LR": 0.1 * i}})
+    diverging = [[2, 3.0], [4, 3.1], [6, 9.0], [8, 9.5]]  # above 1.5 x the first value at 6 s
+    lines.append({"id": "d", "budget_s": 60.0, "final": None, "points": diverging, "config": {"LR": 9}})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = cli("bench", "early-stop", "--curves", str(path), "--method", "ours", "--json", cwd=tmp_path).stdout
+    row = json.loads(out)
+    assert row["noise_source"] == "repeats" and row["noise"] == pytest.approx(0.02)  # sd of 2.0, 2.02, 2.04
+    # the divergence is stopped at 6 s, before the first check (12 s); the other runs are clear
+    # losers, stopped at that first check once five runs have finished
+    assert row["stopped"] == 3 and row["seconds_used"] == pytest.approx(5 * 60.0 + 12 + 12 + 6)

@@ -1,11 +1,14 @@
-"""Self-evaluation: the fit, the SPRT's error rates, and decisions on hand-made curves."""
+"""Early stop: the forecast's fit, and both rules' decisions on hand-made curves (the race
+rule's measured error rates are in test_bench.py, on the recorded corpora)."""
 import math
 
 import numpy as np
 import pytest
 
-from gitresearch.earlystop import (Calibration, FinishedRun, Monitor, Settings, fit_curve,
-                                  power_law, sprt)
+from gitresearch.earlystop import Monitor, Race, Settings, forecast_test
+from gitresearch.forecast import Calibration, FinishedRun, fit_curve, power_law
+
+FORECAST = dict(rule="forecast")
 
 
 @pytest.mark.parametrize("a, b, c", [(2.0, 0.5, 1.0), (5.0, 0.8, 2.2), (1.0, 0.3, 0.5)])
@@ -25,31 +28,6 @@ def test_fit_is_robust_to_spikes():
     y[[10, 25]] += 2.0  # two loss spikes
     fit = fit_curve(t, y)
     assert fit.predict(100) == pytest.approx(power_law(100, 3.0, 0.6, 1.5), abs=0.02)
-
-
-def simulate(mu, theta, delta, settings, rng, looks=2000, sigma=0.05):
-    """A stream whose forecast is the running mean of iid N(mu, sigma^2) observations, so the
-    latest forecast is a sufficient statistic: the setting of Wald's guarantee."""
-    total = 0.0
-    for n in range(1, looks + 1):
-        total += rng.normal(mu, sigma)
-        _, decision = sprt(total / n, sigma / math.sqrt(n), theta, delta, settings)
-        if decision != "continue":
-            return decision
-    return "end"
-
-
-def test_sprt_error_rates_on_simulated_streams():
-    settings = Settings(alpha=0.2, beta=0.05)
-    rng = np.random.default_rng(1)
-    theta, delta, trials = 1.0, 0.02, 4000
-    false_stops = sum(simulate(theta, theta, delta, settings, rng) == "stop" for _ in range(trials))
-    missed = sum(simulate(theta + delta, theta, delta, settings, rng) != "stop" for _ in range(trials))
-    se = lambda p: 3 * math.sqrt(p * (1 - p) / trials)
-    assert false_stops / trials <= settings.beta + se(settings.beta)
-    assert missed / trials <= settings.alpha + se(settings.alpha)
-    # and the test has power: a clear loser is nearly always stopped
-    assert sum(simulate(theta + 3 * delta, theta, delta, settings, rng) == "stop" for _ in range(500)) > 480
 
 
 def curve(a, b, c, budget=100.0, n=40, end_drop=0.0):
@@ -79,18 +57,18 @@ def replay(points, monitor):
     return None, points[-1]["t"]
 
 
-def test_clear_loser_is_stopped_early():
+def test_forecast_rule_stops_a_clear_loser_early():
     monitor = Monitor(budget=100.0, best=2.0, noise=0.005, calibration=history(),
-                      settings=Settings(interval_s=10, min_fraction=0.2))
+                      settings=Settings(interval_s=10, min_fraction=0.2, **FORECAST))
     reason, at = replay(curve(1.0, 0.5, 2.3, end_drop=0.03), monitor)
     assert reason and reason.startswith("stopped at") and "vs threshold 2.0050" in reason
     assert at <= 40
     assert monitor.checks[-1].decision == "stop" and monitor.checks[-1].llr > math.log(0.8 / 0.05)
 
 
-def test_slow_starter_that_ends_best_is_not_stopped():
+def test_forecast_rule_keeps_a_slow_starter_that_ends_best():
     monitor = Monitor(budget=100.0, best=2.0, noise=0.005, calibration=history(),
-                      settings=Settings(interval_s=10, min_fraction=0.2))
+                      settings=Settings(interval_s=10, min_fraction=0.2, **FORECAST))
     slow = curve(6.0, 0.9, 1.9, end_drop=0.03)  # far behind early, best at the end
     others = curve(1.0, 0.5, 2.0, end_drop=0.03)
     assert slow[7]["val_bpb"] > others[7]["val_bpb"] + 0.05 and slow[-1]["val_bpb"] < 1.98
@@ -115,8 +93,8 @@ def test_no_stop_without_history_or_best():
     assert replay(loser, Monitor(budget=100.0, best=None, noise=0.005, calibration=history()))[0] is None
 
 
-def test_indifference_zone_gives_the_lowest_stop_boundary():
-    settings = Settings()
+def test_forecast_rule_indifference_zone_gives_the_lowest_stop_boundary():
+    settings = Settings(**FORECAST)
     monitor = Monitor(budget=100.0, best=2.0, noise=0.005, calibration=history(), settings=settings)
     log_a = math.log((1 - settings.alpha) / settings.beta)
     for sd in (0.005, 0.02, 0.1):
@@ -126,11 +104,11 @@ def test_indifference_zone_gives_the_lowest_stop_boundary():
         assert boundary(delta) <= min(boundary(d) for d in np.linspace(0.001, 1.0, 2000)) + 1e-9 \
             or delta == settings.delta_k * 0.005
         # the decision flips exactly at the boundary
-        assert sprt(2.0 + boundary(delta) + 1e-6, sd, 2.0, delta, settings)[1] == "stop"
-        assert sprt(2.0 + boundary(delta) - 1e-6, sd, 2.0, delta, settings)[1] == "continue"
+        assert forecast_test(2.0 + boundary(delta) + 1e-6, sd, 2.0, delta, settings)[1] == "stop"
+        assert forecast_test(2.0 + boundary(delta) - 1e-6, sd, 2.0, delta, settings)[1] == "continue"
 
 
-def test_moderate_loser_is_stopped_not_accepted():
+def test_forecast_rule_stops_a_moderate_loser():
     """A run that misses the best by many forecast sds, but by less than a typical finished run
     misses by, is still stopped: the indifference zone follows the forecast's precision, not
     the spread of the history (which would make the test a cutoff far above the best)."""
@@ -138,7 +116,68 @@ def test_moderate_loser_is_stopped_not_accepted():
     calibration = history(params=spread_out)
     best = min(run.final for run in calibration.runs)
     monitor = Monitor(budget=100.0, best=best, noise=0.005, calibration=calibration,
-                      settings=Settings(interval_s=10, min_fraction=0.2))
+                      settings=Settings(interval_s=10, min_fraction=0.2, **FORECAST))
     reason, _ = replay(curve(1.0, 0.5, best + 0.1, end_drop=0.03), monitor)
     assert reason and reason.startswith("stopped at")
     assert all(c.decision != "accept" for c in monitor.checks)
+
+
+# -- the race rule -------------------------------------------------------------------------------
+
+RACE = Settings(interval_s=10, min_fraction=0.2)
+
+
+def test_race_stops_a_run_behind_the_field_at_the_first_check():
+    field = history()
+    monitor = Monitor(budget=100.0, best=1.9, noise=0.0, calibration=field, settings=RACE)
+    loser = curve(1.0, 0.5, 2.3, end_drop=0.03)
+    reason, at = replay(loser, monitor)
+    # the first check is due at 20 s; the point at 17.5 s (within a quarter interval) serves it
+    assert at == 17.5 and reason.startswith("stopped at 18 s") and len(monitor.checks) == 1
+    at_check = sorted(Race.field_at(field.runs, at))
+    lead, median = at_check[0], at_check[len(at_check) // 2]
+    check = monitor.checks[-1]
+    assert (check.lead, check.median, check.c) == (pytest.approx(lead), pytest.approx(median), RACE.race_c)
+    assert check.line == pytest.approx(lead + RACE.race_c * (median - lead))
+    assert check.value > check.line and check.decision == "stop"
+
+
+def test_race_never_stops_the_leader_nor_a_run_within_the_noise():
+    field = history()
+    leader = curve(0.8, 0.4, 1.95, end_drop=0.03)  # ahead of every finished run all along
+    monitor = Monitor(budget=100.0, best=1.9, noise=0.0, calibration=field, settings=RACE)
+    assert replay(leader, monitor)[0] is None and len(monitor.checks) == 9
+    assert all(c.value <= c.lead <= c.line for c in monitor.checks)
+    # a run 0.05 behind the lead is stopped with no noise, kept when 2 sqrt(2) x noise > 0.05
+    behind = [dict(p, val_bpb=p["val_bpb"] + 0.05) for p in curve(0.8, 0.4, 1.98, end_drop=0.03)]
+    assert replay(behind, Monitor(budget=100.0, best=1.9, noise=0.0, calibration=field, settings=RACE))[0]
+    noisy = Monitor(budget=100.0, best=1.9, noise=0.05, calibration=field, settings=RACE)
+    assert replay(behind, noisy)[0] is None
+    assert all(c.line - c.lead >= 2 * math.sqrt(2) * 0.05 - 1e-12 for c in noisy.checks)
+
+
+def test_race_leaves_the_room_this_repos_winners_needed():
+    """A winner that was far behind its field at 20 % widens the line for later runs."""
+    runs = list(history().runs)
+    slow = curve(6.0, 0.9, 1.85, end_drop=0.03)  # far behind early, best at the end
+    winner = FinishedRun(tuple(p["t"] for p in slow), tuple(p["val_bpb"] for p in slow), slow[-1]["val_bpb"], 100.0)
+    field = Calibration(runs + [winner])
+    needed = Race(field).winners_c(0.2, RACE)
+    at_20 = sorted(Race.field_at(runs, 20.0))  # the winner's 20 % point is slow[7]
+    assert needed == pytest.approx((slow[7]["val_bpb"] - at_20[0]) / (at_20[len(at_20) // 2] - at_20[0]))
+    assert needed > 1.0
+    late = curve(5.5, 0.9, 1.84, end_drop=0.03)  # the same shape again
+    kept = Monitor(budget=100.0, best=winner.final, noise=0.0, calibration=field, settings=RACE)
+    assert replay(late, kept)[0] is None
+    first = kept.checks[0]
+    assert first.c == pytest.approx(RACE.race_safety * Race(field).winners_c(first.t / 100.0, RACE)) and first.c > 1.5
+    # without the winner in the history the same run is stopped at the first check
+    stopped = Monitor(budget=100.0, best=1.9, noise=0.0, calibration=Calibration(runs), settings=RACE)
+    assert replay(late, stopped)[0].startswith("stopped at 18 s")
+
+
+def test_race_needs_a_field():
+    few = Calibration(history().runs[:RACE.min_history - 1])
+    monitor = Monitor(budget=100.0, best=1.9, noise=0.0, calibration=few, settings=RACE)
+    assert replay(curve(1.0, 0.5, 2.5), monitor)[0] is None
+    assert {c.decision for c in monitor.checks} == {"no_field"}
