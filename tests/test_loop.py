@@ -228,10 +228,10 @@ def test_early_stop_in_the_loop(tmp_path):
     assert rows["lr 0.05"]["status"] == "keep" and rows["depth 5"]["status"] in ("keep", "discard")
     for loser in ("depth 1", "depth 0"):  # finals 0.25 and 0.3 above the baseline's
         assert rows[loser]["status"] == "early_stop", rows[loser]
-        assert rows[loser]["comment"].startswith("stopped at") and "vs threshold" in rows[loser]["comment"]
+        assert rows[loser]["comment"].startswith("stopped at") and "vs line" in rows[loser]["comment"]
         assert rows[loser]["val_bpb"] is None and rows[loser]["training_seconds"] < 1.0
-        note = store.read_note(rows[loser]["commit"])
-        assert note["checks"][-1]["decision"] == "stop" and note["checks"][-1]["llr"] > 0
+        check = store.read_note(rows[loser]["commit"])["checks"][-1]  # the race rule's check
+        assert check["decision"] == "stop" and check["value"] > check["line"] >= check["lead"]
     from gitresearch.history import history_window
 
     window = {w.description: w for w in history_window(store, store.experiments(), 32)}
