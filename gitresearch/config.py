@@ -90,7 +90,7 @@ class EarlyStopConfig:
     interval_s: float = 30.0  # seconds of training between checks
     min_fraction: float = 0.2  # no stop before this share of the budget
     min_history: int = 5  # finished runs at this budget needed before any stop but a divergence
-    race_c: float = 0.5  # least place of the stop line between the lead (0) and the median (1)
+    race_c: float = 0.6  # least place of the stop line between the lead (0) and the median (1)
     race_safety: float = 1.5  # the line leaves this x the room the repo's winners needed
     race_noise_k: float = 2.0  # the line is at least this x sqrt(2) x noise floor above the lead
     beta: float = 0.05  # forecast rule: level of the stop boundary

@@ -27,7 +27,7 @@ class Settings:
     min_fraction: float = 0.2  # no stop before this share of the budget
     min_history: int = 5  # finished runs needed before any stop but a divergence
     # race: the stop line sits at lead + c x (median - lead) of the finished runs at equal time
-    race_c: float = 0.5  # the least c (1 is Optuna's MedianPruner line)
+    race_c: float = 0.6  # the least c (1 is Optuna's MedianPruner line)
     race_safety: float = 1.5  # c is at least this x the largest c a winner of this repo needed
     race_noise_k: float = 2.0  # the line is at least this x sqrt(2) x noise floor above the lead
     # forecast: stop when the calibrated forecast is above best + margin (previous rule)
@@ -63,34 +63,41 @@ class Race:
     """The finished runs at equal elapsed time: where the stop line of a check sits, and how
     far behind their field the repo's winners were (what the line must leave room for)."""
 
+    GRID = tuple(k / 20 for k in range(2, 20))  # fractions of the budget a winner's need is taken at
+    WINDOW = 0.1  # a check at fraction f uses the needs at f +- WINDOW
+
     def __init__(self, history: Calibration):
         self.history = history
-        self.needed: dict[tuple[int, int], float] = {}  # (runs, check key) -> largest winner's c
+        self.needs: dict[int, dict[float, float]] = {}  # runs seen -> grid fraction -> largest c
 
     @staticmethod
     def field_at(runs, t: float) -> list[float]:
         found = (value_at(r.times, r.values, t) for r in runs)
         return [v for v in found if v is not None and math.isfinite(v)]
 
-    def winners_c(self, fraction: float, settings: Settings) -> float:
-        """The largest c = (value - lead) / (median - lead) at this fraction of the budget that a
-        run needed which then beat every run finished before it (measured against those)."""
+    def winners_needs(self, settings: Settings) -> dict[float, float]:
+        """At each grid fraction, the largest c = (value - lead) / (median - lead) that a run
+        needed which then beat every run finished before it (measured against those runs)."""
         runs = self.history.runs
-        key = (len(runs), round(fraction * 40))
-        if key not in self.needed:
-            worst, best = 0.0, None
+        if len(runs) not in self.needs:
+            needs, best = dict.fromkeys(self.GRID, 0.0), None
             for i, run in enumerate(runs):
                 if best is not None and run.final < best and i >= settings.min_history:
-                    t = fraction * run.budget
-                    own = value_at(run.times, run.values, t)
-                    others = self.field_at(runs[:i], t)
-                    if own is not None and len(others) >= settings.min_history:
-                        lead, median = min(others), statistics.median(others)
-                        if median > lead:
-                            worst = max(worst, (own - lead) / (median - lead))
+                    for fraction in self.GRID:
+                        own = value_at(run.times, run.values, fraction * run.budget)
+                        others = self.field_at(runs[:i], fraction * run.budget)
+                        if own is not None and len(others) >= settings.min_history:
+                            lead, median = min(others), statistics.median(others)
+                            if median > lead:
+                                needs[fraction] = max(needs[fraction], (own - lead) / (median - lead))
                 best = run.final if best is None else min(best, run.final)
-            self.needed[key] = worst
-        return self.needed[key]
+            self.needs[len(runs)] = needs
+        return self.needs[len(runs)]
+
+    def winners_c(self, fraction: float, settings: Settings) -> float:
+        """The largest c a winner needed within WINDOW of this fraction of the budget."""
+        needs = self.winners_needs(settings)
+        return max([c for f, c in needs.items() if abs(f - fraction) <= self.WINDOW + 1e-9] or [0.0])
 
 
 @dataclass
