@@ -122,6 +122,7 @@ class OptunaMethod:
 def replay(runs: list[Run], method: str, settings: earlystop.Settings, noise: float) -> dict:
     best = None
     calibration = Calibration()
+    race = earlystop.Race(calibration)
     if method in ("forecast", "cutoff"):
         settings = replace(settings, rule="forecast")
     optuna_method = OptunaMethod(method) if method.startswith("optuna") else None
@@ -133,7 +134,7 @@ def replay(runs: list[Run], method: str, settings: earlystop.Settings, noise: fl
         if optuna_method is not None:
             stop_at = optuna_method.run(run, times)
         elif method in ("ours", "forecast", "cutoff") and best is not None:
-            monitor = earlystop.Monitor(run.budget, best, noise, calibration, settings)
+            monitor = earlystop.Monitor(run.budget, best, noise, calibration, settings, race=race)
             # every point, as the loop feeds them: divergence is caught at once, checks when due
             for t in run.times:
                 if t > run.end or t >= run.budget:

@@ -68,7 +68,8 @@ class Race:
 
     def __init__(self, history: Calibration):
         self.history = history
-        self.needs: dict[int, dict[float, float]] = {}  # runs seen -> grid fraction -> largest c
+        self.needs = dict.fromkeys(self.GRID, 0.0)  # grid fraction -> largest c a winner needed
+        self.seen, self.best = 0, None  # runs taken into `needs`, and the best final among them
 
     @staticmethod
     def field_at(runs, t: float) -> list[float]:
@@ -77,22 +78,22 @@ class Race:
 
     def winners_needs(self, settings: Settings) -> dict[float, float]:
         """At each grid fraction, the largest c = (value - lead) / (median - lead) that a run
-        needed which then beat every run finished before it (measured against those runs)."""
+        needed which then beat every run finished before it (measured against those runs).
+        A run's need depends only on the runs before it: each run is taken in once."""
         runs = self.history.runs
-        if len(runs) not in self.needs:
-            needs, best = dict.fromkeys(self.GRID, 0.0), None
-            for i, run in enumerate(runs):
-                if best is not None and run.final < best and i >= settings.min_history:
-                    for fraction in self.GRID:
-                        own = value_at(run.times, run.values, fraction * run.budget)
-                        others = self.field_at(runs[:i], fraction * run.budget)
-                        if own is not None and len(others) >= settings.min_history:
-                            lead, median = min(others), statistics.median(others)
-                            if median > lead:
-                                needs[fraction] = max(needs[fraction], (own - lead) / (median - lead))
-                best = run.final if best is None else min(best, run.final)
-            self.needs[len(runs)] = needs
-        return self.needs[len(runs)]
+        for i in range(self.seen, len(runs)):
+            run = runs[i]
+            if self.best is not None and run.final < self.best and i >= settings.min_history:
+                for fraction in self.GRID:
+                    own = value_at(run.times, run.values, fraction * run.budget)
+                    others = self.field_at(runs[:i], fraction * run.budget)
+                    if own is not None and len(others) >= settings.min_history:
+                        lead, median = min(others), statistics.median(others)
+                        if median > lead:
+                            self.needs[fraction] = max(self.needs[fraction], (own - lead) / (median - lead))
+            self.best = run.final if self.best is None else min(self.best, run.final)
+        self.seen = len(runs)
+        return self.needs
 
     def winners_c(self, fraction: float, settings: Settings) -> float:
         """The largest c a winner needed within WINDOW of this fraction of the budget."""
@@ -129,7 +130,7 @@ class Monitor:
     checks: list[Check] = field(default_factory=list)
     comment: str = ""
     accepted: bool = False
-    race: Race | None = None
+    race: Race | None = None  # shared by the monitors of one history (made here when not given)
 
     @property
     def threshold(self) -> float | None:
@@ -220,6 +221,7 @@ class EarlyStop:
     def __init__(self, store: Store, config: Config, run_dir: Callable[[int], Path]):
         self.store, self.config, self.run_dir = store, config, run_dir
         self.calibration = Calibration()
+        self.race = Race(self.calibration)  # winners' needs, taken in once per finished run
         self.seen: set[str] = set()  # run dirs already in the calibration
 
     def finished_runs(self):
@@ -264,4 +266,5 @@ class EarlyStop:
                             race_noise_k=es.race_noise_k, beta=es.beta, alpha=es.alpha,
                             margin_k=es.margin_k, delta_k=es.delta_k)
         sd = noise if noise is not None else (baseline.get("noise_std") or 0.0)
-        return Monitor(self.config.run.budget_s, best, sd, self.calibration, settings, metric=name)
+        return Monitor(self.config.run.budget_s, best, sd, self.calibration, settings, metric=name,
+                       race=self.race)

@@ -140,6 +140,9 @@ def test_race_stops_a_run_behind_the_field_at_the_first_check():
     assert (check.lead, check.median, check.c) == (pytest.approx(lead), pytest.approx(median), RACE.race_c)
     assert check.line == pytest.approx(lead + RACE.race_c * (median - lead))
     assert check.value > check.line and check.decision == "stop"
+    # the final it points to: the leader's final plus the distance to the leader
+    leader = next(r for r in field.runs if Race.field_at([r], at) == [lead])
+    assert check.mean == pytest.approx(leader.final + check.value - lead)
 
 
 def test_race_never_stops_the_leader_nor_a_run_within_the_noise():
