@@ -1,5 +1,5 @@
 """`gitresearch bench early-stop`: replay recorded learning curves through early-stop methods
-(ours, none, a cutoff, Optuna's pruners) at the same check times, one corpus or several with a
+(our forecast and race rules, none, a cutoff, Optuna's pruners) at the same check times, one corpus or several with a
 pooled row. The curve format and the figures are in docs/early-stop.md."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from scipy import stats
 from . import earlystop
 from .forecast import UNTRUSTED_SD, Calibration, FinishedRun
 
-METHODS = ("ours", "forecast", "none", "cutoff", "optuna-median", "optuna-sha")  # forecast: the previous rule
+METHODS = ("forecast", "race", "none", "cutoff", "optuna-median", "optuna-sha")  # ours: forecast and race
 
 
 @dataclass
@@ -123,8 +123,8 @@ def replay(runs: list[Run], method: str, settings: earlystop.Settings, noise: fl
     best = None
     calibration = Calibration()
     race = earlystop.Race(calibration)
-    if method in ("forecast", "cutoff"):
-        settings = replace(settings, rule="forecast")
+    if method in ("forecast", "race", "cutoff"):
+        settings = replace(settings, rule="race" if method == "race" else "forecast")
     optuna_method = OptunaMethod(method) if method.startswith("optuna") else None
     stops, stopped_ids, beaters, false_stops, used, covered, trusted = [], set(), 0, 0, 0.0, 0, 0
     full = sum(r.end for r in runs)
@@ -133,7 +133,7 @@ def replay(runs: list[Run], method: str, settings: earlystop.Settings, noise: fl
         stop_at = None
         if optuna_method is not None:
             stop_at = optuna_method.run(run, times)
-        elif method in ("ours", "forecast", "cutoff") and best is not None:
+        elif method in ("forecast", "race", "cutoff") and best is not None:
             monitor = earlystop.Monitor(run.budget, best, noise, calibration, settings, race=race)
             # every point, as the loop feeds them: divergence is caught at once, checks when due
             for t in run.times:

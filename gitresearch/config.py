@@ -86,7 +86,7 @@ class ConfirmConfig:
 @dataclass(frozen=True)
 class EarlyStopConfig:
     enabled: bool = True
-    rule: str = "race"  # race (behind the finished runs at equal time) | forecast (the previous rule)
+    rule: str = "forecast"  # forecast (calibrated forecast) | race (opt-in; docs/early-stop.md)
     interval_s: float = 30.0  # seconds of training between checks
     min_fraction: float = 0.2  # no stop before this share of the budget
     min_history: int = 5  # finished runs at this budget needed before any stop but a divergence

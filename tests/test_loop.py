@@ -207,9 +207,10 @@ def test_hook_refuses_frozen_changes(tmp_path):
     assert sh("git", "commit", "-qm", "editable", cwd=repo, check=False).returncode == 0
 
 
-def test_early_stop_in_the_loop(tmp_path):
+@pytest.mark.parametrize("rule", ["forecast", "race"])
+def test_early_stop_in_the_loop(tmp_path, rule):
     repo = make_repo(tmp_path / "repo", config=(
-        "[early_stop]\ninterval_s = 0.1\nmin_fraction = 0.3\n"))
+        f"[early_stop]\nrule = \"{rule}\"\ninterval_s = 0.1\nmin_fraction = 0.3\n"))
     source = (repo / "train.py").read_text().replace("STEP_S = 0.0", "STEP_S = 0.12")
     (repo / "train.py").write_text(source)
     sh("git", "commit", "-qam", "slow steps", cwd=repo)
@@ -228,10 +229,15 @@ def test_early_stop_in_the_loop(tmp_path):
     assert rows["lr 0.05"]["status"] == "keep" and rows["depth 5"]["status"] in ("keep", "discard")
     for loser in ("depth 1", "depth 0"):  # finals 0.25 and 0.3 above the baseline's
         assert rows[loser]["status"] == "early_stop", rows[loser]
-        assert rows[loser]["comment"].startswith("stopped at") and "vs line" in rows[loser]["comment"]
+        assert rows[loser]["comment"].startswith("stopped at")
+        assert ("vs line" if rule == "race" else "vs threshold") in rows[loser]["comment"]
         assert rows[loser]["val_bpb"] is None and rows[loser]["training_seconds"] < 1.0
-        check = store.read_note(rows[loser]["commit"])["checks"][-1]  # the race rule's check
-        assert check["decision"] == "stop" and check["value"] > check["line"] >= check["lead"]
+        check = store.read_note(rows[loser]["commit"])["checks"][-1]
+        assert check["decision"] == "stop"
+        if rule == "race":
+            assert check["value"] > check["line"] >= check["lead"]
+        else:
+            assert check["llr"] > 0
     from gitresearch.history import history_window
 
     window = {w.description: w for w in history_window(store, store.experiments(), 32)}
