@@ -124,7 +124,7 @@ def test_forecast_rule_stops_a_moderate_loser():
 
 # -- the race rule -------------------------------------------------------------------------------
 
-RACE = Settings(interval_s=10, min_fraction=0.2)
+RACE = Settings(rule="race", interval_s=10, min_fraction=0.2)
 
 
 def test_race_stops_a_run_behind_the_field_at_the_first_check():
