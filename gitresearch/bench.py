@@ -11,6 +11,7 @@ from pathlib import Path
 from scipy import stats
 
 from . import earlystop
+from .confirm import pooled_noise
 from .forecast import UNTRUSTED_SD, Calibration, FinishedRun
 
 METHODS = ("forecast", "race", "none", "cutoff", "optuna-median", "optuna-sha")  # ours: forecast and race
@@ -60,13 +61,8 @@ def corpus_noise(runs: list[Run]) -> tuple[float, int] | None:
     for run in runs:
         if run.config and run.final is not None:
             groups.setdefault(run.config, []).append(run.final)
-    squares, dof = 0.0, 0
-    for finals in groups.values():
-        if len(finals) > 1:
-            mean = sum(finals) / len(finals)
-            squares += sum((f - mean) ** 2 for f in finals)
-            dof += len(finals) - 1
-    return (math.sqrt(squares / dof), dof) if dof else None
+    noise = pooled_noise(groups.values(), confidence=0.9)  # the keep rule's pooling (docs/keep.md)
+    return (noise.std, noise.dof) if noise else None
 
 
 def rate_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:

@@ -17,7 +17,6 @@ from .forecast import UNTRUSTED_SD, Calibration, FinishedRun, forecast
 from .gitstore import Store
 
 DIVERGE_FACTOR = 1.5  # a metric above this multiple of its first value is a divergence
-RULES = ("race", "forecast")
 
 
 @dataclass(frozen=True)
@@ -73,8 +72,13 @@ class Race:
 
     @staticmethod
     def field_at(runs, t: float) -> list[float]:
-        found = (value_at(r.times, r.values, t) for r in runs)
-        return [v for v in found if v is not None and math.isfinite(v)]
+        return [v for v, _ in Race.field_with_runs(runs, t)]
+
+    @staticmethod
+    def field_with_runs(runs, t: float) -> list[tuple[float, FinishedRun]]:
+        """(value at t, run) of every run with a finite value at t."""
+        found = ((value_at(r.times, r.values, t), r) for r in runs)
+        return [(v, r) for v, r in found if v is not None and math.isfinite(v)]
 
     def winners_needs(self, settings: Settings) -> dict[float, float]:
         """At each grid fraction, the largest c = (value - lead) / (median - lead) that a run
@@ -170,7 +174,8 @@ class Monitor:
     def _race(self, t: float, value: float) -> str | None:
         s = self.settings
         self.race = self.race or Race(self.calibration)
-        others = Race.field_at(self.calibration.runs, t)
+        field = Race.field_with_runs(self.calibration.runs, t)
+        others = [v for v, _ in field]
         if len(others) < s.min_history:
             self.checks.append(Check(t, None, None, None, None, None, "no_field", value))
             return None
@@ -179,8 +184,7 @@ class Monitor:
         line = lead + max(c * (median - lead), s.race_noise_k * math.sqrt(2) * self.noise)
         decision = "stop" if value > line else "continue"
         # what the run would end at if it kept its distance to the leader (the reward's estimate)
-        leader = min((r for r in self.calibration.runs if value_at(r.times, r.values, t) == lead),
-                     key=lambda r: r.final)
+        leader = min((r for v, r in field if v == lead), key=lambda r: r.final)
         self.checks.append(Check(t, leader.final + value - lead, None, None, None, None, decision,
                                  value, lead, median, line, c))
         verdict = (f"{self.metric} {value:.4f} vs line {line:.4f} (lead {lead:.4f}, median "
