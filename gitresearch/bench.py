@@ -75,14 +75,6 @@ def rate_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def check_times(budget: float, settings: earlystop.Settings) -> list[float]:
-    times, t = [], settings.min_fraction * budget
-    while t < budget - 1e-9:
-        times.append(t)
-        t += settings.interval_s
-    return times
-
-
 class OptunaMethod:
     """Optuna's own pruners, fed the latest periodic metric at each check (step = check index)."""
 
@@ -95,16 +87,19 @@ class OptunaMethod:
         self.optuna = optuna
         self.study = optuna.create_study(direction="minimize", pruner=pruner)
 
-    def run(self, run: Run, times: list[float]) -> float | None:
+    def run(self, run: Run, settings: earlystop.Settings) -> float | None:
+        """The time the run is pruned at, or None. The pruner is asked at the points where our
+        monitor checks (earlystop.check_due), with the value of that point (a NaN is pruned),
+        and charged from then on, as a user reporting each metric when it arrives would be."""
         trial = self.study.ask()
-        for step, t in enumerate(times):
-            seen = run.seen_until(t)
-            if not seen or t > run.end:
+        step = 0
+        for t, value in zip(run.times, run.values):
+            if t > run.end or t >= run.budget:
                 break
-            value = seen[-1]["val_bpb"]
-            if not math.isfinite(value):
-                break
+            if not earlystop.check_due(t, step, run.budget, settings):
+                continue
             trial.report(value, step)
+            step += 1
             if trial.should_prune():
                 self.study.tell(trial, state=self.optuna.trial.TrialState.PRUNED)
                 return t
@@ -125,10 +120,9 @@ def replay(runs: list[Run], method: str, settings: earlystop.Settings, noise: fl
     stops, stopped_ids, beaters, false_stops, used, covered, trusted = [], set(), 0, 0, 0.0, 0, 0
     full = sum(r.end for r in runs)
     for run in runs:
-        times = check_times(run.budget, settings)
         stop_at = None
         if optuna_method is not None:
-            stop_at = optuna_method.run(run, times)
+            stop_at = optuna_method.run(run, settings)
         elif method in ("forecast", "race", "cutoff") and best is not None:
             monitor = earlystop.Monitor(run.budget, best, noise, calibration, settings, race=race)
             # every point, as the loop feeds them: divergence is caught at once, checks when due
@@ -151,6 +145,8 @@ def replay(runs: list[Run], method: str, settings: earlystop.Settings, noise: fl
         would_beat = run.final is not None and best is not None and run.final < best
         beaters += would_beat
         if stop_at is not None:
+            seen = run.seen_until(stop_at)
+            race.add_stopped([p["t"] for p in seen], [p["val_bpb"] for p in seen])
             stops.append(stop_at / run.budget)
             stopped_ids.add(run.id)
             false_stops += would_beat

@@ -1,7 +1,7 @@
 """Early stop (docs/early-stop.md): a `Monitor` per run watches its metric points and stops it
-on the calibrated forecast (the `forecast` rule, the default), or when it is behind the runs
-that trained their whole budget by more than this repo's winners were (the `race` rule,
-opt-in). `EarlyStop` feeds monitors from the repo."""
+on the calibrated forecast (the `forecast` rule), or when, at equal elapsed time, it is further
+behind the best run than a set share of the way to the median run (the `race` rule).
+`EarlyStop` feeds monitors from the repo."""
 from __future__ import annotations
 
 import bisect
@@ -25,10 +25,12 @@ class Settings:
     interval_s: float = 30.0  # seconds of training between checks
     min_fraction: float = 0.2  # no stop before this share of the budget
     min_history: int = 5  # finished runs needed before any stop but a divergence
-    # race: the stop line sits at lead + c x (median - lead) of the finished runs at equal time
-    race_c: float = 0.6  # the least c (1 is Optuna's MedianPruner line)
-    race_safety: float = 1.5  # c is at least this x the largest c a winner of this repo needed
-    race_noise_k: float = 2.0  # the line is at least this x sqrt(2) x noise floor above the lead
+    # race: the stop line sits at anchor + c x (median - anchor) at equal elapsed time, where the
+    # anchor is the best finished run's own value then and the median is over every run that
+    # reached that time (finished, or stopped later)
+    race_c: float = 0.7  # the line's place between the anchor (0) and the median (1)
+    race_safety: float = 0.0  # c is at least this x the largest c a winner of this repo needed (0: off)
+    race_noise_k: float = 2.0  # the line is at least this x sqrt(2) x noise floor above the anchor
     # forecast: stop when the calibrated forecast is above best + margin (previous rule)
     beta: float = 0.05  # level of the forecast rule's stop boundary
     alpha: float = 0.01  # level of its accept boundary
@@ -50,12 +52,34 @@ def forecast_test(x: float, sd: float, theta: float, delta: float, settings: Set
     return llr, "continue"
 
 
+def check_due(t: float, done: int, budget: float, settings: Settings) -> bool:
+    """Whether a point at t serves the next check after `done` checks. Checks sit on a fixed
+    grid from min_fraction of the budget on; a point a little before its due time (points come
+    at the run's own pace) still serves that check. The bench feeds Optuna's pruners at the
+    same points."""
+    due = settings.min_fraction * budget + done * settings.interval_s
+    return t >= due - 0.25 * settings.interval_s
+
+
 def value_at(times, values, t: float) -> float | None:
-    """The latest value at or before t (None before the first point or after the last)."""
-    if not times or t > times[-1] + 1e-9:
+    """The value at t, linear between the points around it (None before the first point or
+    after the last). Interpolating keeps runs whose points fall a little after t from being
+    read at their previous, much older point."""
+    if not times or t > times[-1] + 1e-9 or t < times[0] - 1e-9:
         return None
     i = bisect.bisect_right(times, t + 1e-9) - 1
-    return values[i] if i >= 0 else None
+    if i + 1 >= len(times) or times[i + 1] <= times[i]:
+        return values[i]
+    w = (t - times[i]) / (times[i + 1] - times[i])
+    return values[i] + w * (values[i + 1] - values[i])
+
+
+def anchor(runs, field: list[float], t: float) -> float:
+    """The best finished run's value at t: what a run must end below is that run's final, so
+    its curve is the yardstick (the field's lead when the best run has no value at t)."""
+    top = min(runs, key=lambda r: r.final)
+    value = value_at(top.times, top.values, t)
+    return value if value is not None and math.isfinite(value) else min(field)
 
 
 class Race:
@@ -69,19 +93,27 @@ class Race:
         self.history = history
         self.needs = dict.fromkeys(self.GRID, 0.0)  # grid fraction -> largest c a winner needed
         self.seen, self.best = 0, None  # runs taken into `needs`, and the best final among them
+        self.stopped: list[tuple[tuple, tuple]] = []  # (times, values) of stopped runs, up to the stop
+
+    def add_stopped(self, times, values) -> None:
+        if times:
+            self.stopped.append((tuple(times), tuple(values)))
+
+    def reached(self, t: float, interval: float) -> list[float]:
+        """Values at t of the stopped runs that reached t (their last point at most a quarter
+        check interval before it). With them the median is over every run that got this far,
+        not only the survivors, whose median drops as more runs are stopped."""
+        found = (value_at(ts, vs, min(t, ts[-1])) for ts, vs in self.stopped if t <= ts[-1] + 0.25 * interval)
+        return [v for v in found if v is not None and math.isfinite(v)]
 
     @staticmethod
     def field_at(runs, t: float) -> list[float]:
-        return [v for v, _ in Race.field_with_runs(runs, t)]
-
-    @staticmethod
-    def field_with_runs(runs, t: float) -> list[tuple[float, FinishedRun]]:
-        """(value at t, run) of every run with a finite value at t."""
-        found = ((value_at(r.times, r.values, t), r) for r in runs)
-        return [(v, r) for v, r in found if v is not None and math.isfinite(v)]
+        """The finite values at t of these runs."""
+        found = (value_at(r.times, r.values, t) for r in runs)
+        return [v for v in found if v is not None and math.isfinite(v)]
 
     def winners_needs(self, settings: Settings) -> dict[float, float]:
-        """At each grid fraction, the largest c = (value - lead) / (median - lead) that a run
+        """At each grid fraction, the largest c = (value - anchor) / (median - anchor) that a run
         needed which then beat every run finished before it (measured against those runs).
         A run's need depends only on the runs before it: each run is taken in once."""
         runs = self.history.runs
@@ -92,7 +124,7 @@ class Race:
                     own = value_at(run.times, run.values, fraction * run.budget)
                     others = self.field_at(runs[:i], fraction * run.budget)
                     if own is not None and len(others) >= settings.min_history:
-                        lead, median = min(others), statistics.median(others)
+                        lead, median = anchor(runs[:i], others, fraction * run.budget), statistics.median(others)
                         if median > lead:
                             self.needs[fraction] = max(self.needs[fraction], (own - lead) / (median - lead))
             self.best = run.final if self.best is None else min(self.best, run.final)
@@ -108,15 +140,15 @@ class Race:
 @dataclass
 class Check:
     t: float
-    mean: float | None  # the final it points to (race: the leader's final + the distance to it)
+    mean: float | None  # the final it points to (race: the best run's final + the distance to it)
     sd: float | None  # forecast rule: the forecast's sd and 90 % interval
     low: float | None
     high: float | None
     llr: float | None
     decision: str  # continue | stop | accept | diverged | no_fit | no_field
     value: float | None = None  # race rule: the run's value now
-    lead: float | None = None  # the best value of the finished runs at this time
-    median: float | None = None  # their median
+    lead: float | None = None  # the anchor: the best finished run's value at this time
+    median: float | None = None  # the median of the runs that reached this time
     line: float | None = None  # the stop line
     c: float | None = None  # the line's place between lead (0) and median (1)
 
@@ -162,10 +194,7 @@ class Monitor:
                             f"(first {values[0]:.4g})")
             return self.comment
         s = self.settings
-        # checks on a fixed grid from min_fraction on; a point a little before its due time
-        # (points come at the run's own pace) still serves that check
-        due = s.min_fraction * self.budget + len(self.checks) * s.interval_s
-        if self.accepted or last_t < due - 0.25 * s.interval_s or self.threshold is None:
+        if self.accepted or not check_due(last_t, len(self.checks), self.budget, s) or self.threshold is None:
             return None
         if s.rule == "race":
             return self._race(last_t, last_v)
@@ -174,21 +203,21 @@ class Monitor:
     def _race(self, t: float, value: float) -> str | None:
         s = self.settings
         self.race = self.race or Race(self.calibration)
-        field = Race.field_with_runs(self.calibration.runs, t)
-        others = [v for v, _ in field]
-        if len(others) < s.min_history:
+        finished = Race.field_at(self.calibration.runs, t)
+        if len(finished) < s.min_history:
             self.checks.append(Check(t, None, None, None, None, None, "no_field", value))
             return None
-        lead, median = min(others), statistics.median(others)
+        field = finished + self.race.reached(t, s.interval_s)
+        lead, median = anchor(self.calibration.runs, finished, t), statistics.median(field)
         c = max(s.race_c, s.race_safety * self.race.winners_c(t / self.budget, s))
         line = lead + max(c * (median - lead), s.race_noise_k * math.sqrt(2) * self.noise)
         decision = "stop" if value > line else "continue"
-        # what the run would end at if it kept its distance to the leader (the reward's estimate)
-        leader = min((r for v, r in field if v == lead), key=lambda r: r.final)
-        self.checks.append(Check(t, leader.final + value - lead, None, None, None, None, decision,
+        # what the run would end at if it kept its distance to the best run (the reward's estimate)
+        top = min(self.calibration.runs, key=lambda r: r.final)
+        self.checks.append(Check(t, top.final + value - lead, None, None, None, None, decision,
                                  value, lead, median, line, c))
-        verdict = (f"{self.metric} {value:.4f} vs line {line:.4f} (lead {lead:.4f}, median "
-                   f"{median:.4f} of {len(others)} finished runs at {t:.0f} s, c {c:.2f})")
+        verdict = (f"{self.metric} {value:.4f} vs line {line:.4f} (best run {lead:.4f}, median "
+                   f"{median:.4f} of {len(field)} runs at {t:.0f} s, c {c:.2f})")
         self.comment = f"{'stopped' if decision == 'stop' else 'ran to the end'} at {t:.0f} s: {verdict}"
         return self.comment if decision == "stop" else None
 
