@@ -1,12 +1,12 @@
 """Early stop replayed on every recorded corpus, against Optuna's pruners, with a pooled row.
 
-    python benchmarks/early_stop.py --out benchmarks/results/early_stop.jsonl     # ~2 min
+    python benchmarks/early_stop.py --out benchmarks/results/early_stop.jsonl     # ~3 min
     python benchmarks/early_stop.py --method race --method optuna-median            # seconds
 
 Corpora (benchmarks/data/, recorded by make_curves.py and make_stress_curves.py) are listed
 in CORPORA with their role: "dev" ones were seen while the race rule was designed and its
-settings chosen (in sample); "held-out" ones were recorded after the rule was frozen (out of
-sample). Each corpus is replayed with its own check interval (a tenth of its budget), checks
+settings chosen (in sample); "held-out" ones were recorded after the rule was frozen (commit
+"Freeze the race rule ...", out of sample). Each corpus is replayed with its own check interval (a tenth of its budget), checks
 from 20 % of the budget, and its noise from its own repeated runs (0 where it has none).
 
 Output: one JSON object per corpus and method, as `gitresearch bench early-stop --json`
@@ -40,6 +40,7 @@ CORPORA = {  # file stem -> role
     "nanochat_climb_30s": "dev",  # likewise
     "lstm_markov_20s": "held-out",  # recorded after the rule was frozen (commit "Freeze ...")
     "mlp_stdlib_15s": "held-out",  # likewise
+    "nanochat_climb_25s": "held-out",  # likewise
 }
 
 

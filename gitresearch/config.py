@@ -86,13 +86,13 @@ class ConfirmConfig:
 @dataclass(frozen=True)
 class EarlyStopConfig:
     enabled: bool = True
-    rule: str = "forecast"  # forecast (calibrated forecast) | race (opt-in; docs/early-stop.md)
+    rule: str = "race"  # race (equal-time race) | forecast (calibrated forecast); docs/early-stop.md
     interval_s: float = 30.0  # seconds of training between checks
     min_fraction: float = 0.2  # no stop before this share of the budget
     min_history: int = 5  # finished runs at this budget needed before any stop but a divergence
-    race_c: float = 0.6  # least place of the stop line between the lead (0) and the median (1)
-    race_safety: float = 1.5  # the line leaves this x the room the repo's winners needed
-    race_noise_k: float = 2.0  # the line is at least this x sqrt(2) x noise floor above the lead
+    race_c: float = 0.7  # place of the stop line between the best run (0) and the median (1)
+    race_safety: float = 0.0  # the line leaves this x the room the repo's winners needed (0: off)
+    race_noise_k: float = 2.0  # the line is at least this x sqrt(2) x noise floor above the best run
     beta: float = 0.05  # forecast rule: level of the stop boundary
     alpha: float = 0.01  # forecast rule: level of the accept boundary
     margin_k: float = 1.0  # forecast rule: threshold = best + margin_k x noise floor

@@ -1,13 +1,13 @@
 """Early stop (docs/early-stop.md): a `Monitor` per run watches its metric points and stops it
-on the calibrated forecast (the `forecast` rule), or when, at equal elapsed time, it is further
-behind the best run than a set share of the way to the median run (the `race` rule).
+when, at equal elapsed time, it is further behind the best run than a set share of the way to
+the median run (the `race` rule, the default), or on the calibrated forecast (`forecast`).
 `EarlyStop` feeds monitors from the repo."""
 from __future__ import annotations
 
 import bisect
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable
 
@@ -21,7 +21,7 @@ DIVERGE_FACTOR = 1.5  # a metric above this multiple of its first value is a div
 
 @dataclass(frozen=True)
 class Settings:
-    rule: str = "forecast"  # forecast | race (opt-in: it failed on held-out corpora, docs/early-stop.md)
+    rule: str = "race"  # race | forecast (measured side by side in docs/early-stop.md)
     interval_s: float = 30.0  # seconds of training between checks
     min_fraction: float = 0.2  # no stop before this share of the budget
     min_history: int = 5  # finished runs needed before any stop but a divergence
@@ -74,17 +74,18 @@ def value_at(times, values, t: float) -> float | None:
     return values[i] + w * (values[i + 1] - values[i])
 
 
-def anchor(runs, field: list[float], t: float) -> float:
+def anchor(runs, values_at_t: list[float], t: float) -> float:
     """The best finished run's value at t: what a run must end below is that run's final, so
     its curve is the yardstick (the field's lead when the best run has no value at t)."""
     top = min(runs, key=lambda r: r.final)
     value = value_at(top.times, top.values, t)
-    return value if value is not None and math.isfinite(value) else min(field)
+    return value if value is not None and math.isfinite(value) else min(values_at_t)
 
 
 class Race:
-    """The finished runs at equal elapsed time: where the stop line of a check sits, and how
-    far behind their field the repo's winners were (what the line must leave room for)."""
+    """What the race rule knows of the past runs besides the finished ones (`history`): the
+    stopped runs' curves up to their stop, and (race_safety) how far behind their field the
+    repo's winners were."""
 
     GRID = tuple(k / 20 for k in range(2, 20))  # fractions of the budget a winner's need is taken at
     WINDOW = 0.1  # a check at fraction f uses the needs at f +- WINDOW
@@ -207,9 +208,9 @@ class Monitor:
         if len(finished) < s.min_history:
             self.checks.append(Check(t, None, None, None, None, None, "no_field", value))
             return None
-        field = finished + self.race.reached(t, s.interval_s)
-        lead, median = anchor(self.calibration.runs, finished, t), statistics.median(field)
-        c = max(s.race_c, s.race_safety * self.race.winners_c(t / self.budget, s))
+        reached = finished + self.race.reached(t, s.interval_s)
+        lead, median = anchor(self.calibration.runs, finished, t), statistics.median(reached)
+        c = max(s.race_c, s.race_safety * self.race.winners_c(t / self.budget, s) if s.race_safety else 0.0)
         line = lead + max(c * (median - lead), s.race_noise_k * math.sqrt(2) * self.noise)
         decision = "stop" if value > line else "continue"
         # what the run would end at if it kept its distance to the best run (the reward's estimate)
@@ -217,7 +218,7 @@ class Monitor:
         self.checks.append(Check(t, top.final + value - lead, None, None, None, None, decision,
                                  value, lead, median, line, c))
         verdict = (f"{self.metric} {value:.4f} vs line {line:.4f} (best run {lead:.4f}, median "
-                   f"{median:.4f} of {len(field)} runs at {t:.0f} s, c {c:.2f})")
+                   f"{median:.4f} of {len(reached)} runs at {t:.0f} s, c {c:.2f})")
         self.comment = f"{'stopped' if decision == 'stop' else 'ran to the end'} at {t:.0f} s: {verdict}"
         return self.comment if decision == "stop" else None
 
@@ -254,17 +255,22 @@ class EarlyStop:
     def __init__(self, store: Store, config: Config, run_dir: Callable[[int], Path]):
         self.store, self.config, self.run_dir = store, config, run_dir
         self.calibration = Calibration()
-        self.race = Race(self.calibration)  # winners' needs, taken in once per finished run
-        self.seen: set[str] = set()  # run dirs already in the calibration
+        self.race = Race(self.calibration)  # winners' needs and the stopped runs' curves
+        self.seen: set[str] = set()  # run dirs already taken in
 
-    def finished_runs(self):
-        """(run dir, final) of every run that trained its whole budget at the current budget."""
+    def past_runs(self):
+        """(run dir, final) of every run at the current budget, in the order they ran (the race
+        needs it): the final of those that trained their whole budget, None for early-stopped."""
         budget = self.config.run.budget_s
-        for exp in reversed(self.store.experiments()):  # in the order they ran: the race needs it
+        for exp in reversed(self.store.experiments()):
             rec = exp.record or {}
-            if rec.get("status") not in FINISHED or rec.get("budget_s") != budget:
+            if rec.get("budget_s") != budget:
                 continue
-            if exp.number == 0:
+            if rec.get("status") == "early_stop":
+                yield self.run_dir(exp.number), None
+            elif rec.get("status") not in FINISHED:
+                continue
+            elif exp.number == 0:
                 finals = rec.get("noise_runs") or []
                 for i, final in zip(rec.get("noise_run_dirs") or range(len(finals)), finals):
                     yield self.run_dir(0) / f"noise-{i}", final
@@ -278,7 +284,7 @@ class EarlyStop:
         if not es.enabled:
             return None
         name = self.config.metric.name
-        for run_dir, final in self.finished_runs():
+        for run_dir, final in self.past_runs():
             metrics_file = run_dir / "metrics.jsonl"
             if str(run_dir) in self.seen or not metrics_file.exists():
                 continue
@@ -286,18 +292,17 @@ class EarlyStop:
                       if not p.get("final") and isinstance(p.get(name), (int, float))
                       and isinstance(p.get("t"), (int, float))]
             self.seen.add(str(run_dir))
-            if points:
-                self.calibration.add(FinishedRun(
-                    tuple(p["t"] for p in points), tuple(p[name] for p in points), final,
-                    self.config.run.budget_s))
+            times, values = tuple(p["t"] for p in points), tuple(p[name] for p in points)
+            if points and final is None:
+                self.race.add_stopped(times, values)
+            elif points:
+                self.calibration.add(FinishedRun(times, values, final, self.config.run.budget_s))
         baseline = self.store.read_note(self.store.experiment_commit(0)) or {}
         best = (self.store.read_note(self.store.best()) or {}).get("val_bpb")
         # A short budget still gets about ten checks: at most a tenth of the budget apart.
         interval = min(es.interval_s, self.config.run.budget_s / 10)
-        settings = Settings(rule=es.rule, interval_s=interval, min_fraction=es.min_fraction,
-                            min_history=es.min_history, race_c=es.race_c, race_safety=es.race_safety,
-                            race_noise_k=es.race_noise_k, beta=es.beta, alpha=es.alpha,
-                            margin_k=es.margin_k, delta_k=es.delta_k)
+        settings = replace(Settings(**{f.name: getattr(es, f.name) for f in fields(Settings)
+                                       if hasattr(es, f.name)}), interval_s=interval)
         sd = noise if noise is not None else (baseline.get("noise_std") or 0.0)
         return Monitor(self.config.run.budget_s, best, sd, self.calibration, settings, metric=name,
                        race=self.race)

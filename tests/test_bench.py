@@ -106,11 +106,28 @@ def test_noise_comes_from_the_corpus_repeats_and_divergence_is_seen_at_every_poi
     assert row["stopped"] == 3 and row["seconds_used"] == pytest.approx(5 * 60.0 + 12 + 12 + 6)
 
 
+def test_optuna_and_our_rules_judge_at_the_same_points():
+    """Optuna's pruners are asked where our monitor checks (a point up to a quarter interval
+    before the check's time serves it) and are charged from that point, not from the grid time."""
+    from gitresearch import bench, earlystop
+
+    budget, times = 45.0, [3.5, 7.9, 12.4, 16.9, 21.4, 25.9, 30.4, 34.9, 39.4, 43.9]
+    good = [bench.Run(f"g{i}", budget, 2.0 + d, times, [3.0 - t / 50 + d for t in times])
+            for i, d in enumerate([0.0, 0.03, 0.01, 0.04, 0.02, 0.005])]  # each ahead of the median
+    bad = bench.Run("bad", budget, 2.9, times, [3.6 - t / 50 for t in times])
+    settings = earlystop.Settings(interval_s=4.5, min_fraction=0.2)  # checks due from 9 s
+    optuna_median = bench.OptunaMethod("optuna-median")
+    assert [optuna_median.run(run, settings) for run in good] == [None] * 6
+    assert optuna_median.run(bad, settings) == 7.9  # the 7.9 s point serves the 9 s check
+    rows = {m: bench.replay([*good, bad], m, settings, 0.0) for m in ("race", "optuna-median")}
+    assert rows["race"]["seconds_used"] == rows["optuna-median"]["seconds_used"] == 6 * budget + 7.9
+
+
 def test_the_stated_figures_hold_on_the_recorded_corpora():
     """docs/early-stop.md's figures, on the production rule and the committed corpora: the
-    replay reproduces benchmarks/results/early_stop.jsonl for the race rule and MedianPruner
-    (held-out failures included), and on every dev corpus the race rule saves more than
-    MedianPruner at no more false stops without stopping the best run."""
+    replay reproduces benchmarks/results/early_stop.jsonl for the race rule and MedianPruner,
+    and the acceptance holds everywhere but where the docs say it fails: one winner stopped
+    on the dev GRU corpus that MedianPruner keeps."""
     from helpers import benchmark_module
 
     early_stop = benchmark_module("early_stop")
@@ -122,8 +139,8 @@ def test_the_stated_figures_hold_on_the_recorded_corpora():
     for key, row in by.items():
         for figure in ("compute_saved", "false_stops", "beaters", "best_stopped", "stopped"):
             assert row[figure] == pytest.approx(recorded[key][figure]), (key, figure)
-    for corpus, role in early_stop.CORPORA.items():
-        race, median = by[(corpus, "race")], by[(corpus, "optuna-median")]
-        if role.startswith("dev"):
-            assert race["compute_saved"] > median["compute_saved"] and race["false_stops"] <= median["false_stops"]
-            assert not race["best_stopped"]
+    assert early_stop.acceptance(rows, "race") == ["gru_markov_20s: 1 false stops, median 0"]
+    held_out = [c for c, role in early_stop.CORPORA.items() if role == "held-out"]
+    assert len(held_out) == 3 and all(by[(c, "race")]["false_stops"] == 0 for c in held_out)
+    pooled = by[("pooled", "race")]
+    assert pooled["beaters"] >= 100 and pooled["false_stop_ci95"][1] < 0.053

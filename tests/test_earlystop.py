@@ -1,11 +1,13 @@
 """Early stop: the forecast's fit, and both rules' decisions on hand-made curves (the race
 rule's measured error rates are in test_bench.py, on the recorded corpora)."""
 import math
+import statistics
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from gitresearch.earlystop import Monitor, Race, Settings, forecast_test
+from gitresearch.earlystop import Monitor, Race, Settings, check_due, forecast_test, value_at
 from gitresearch.forecast import Calibration, FinishedRun, fit_curve, power_law
 
 FORECAST = dict(rule="forecast")
@@ -128,21 +130,56 @@ RACE = Settings(rule="race", interval_s=10, min_fraction=0.2)
 
 
 def test_race_stops_a_run_behind_the_field_at_the_first_check():
-    field = history()
+    field = history(params=SIMILAR_RUNS + [(0.3, 0.3, 2.08)])  # a fast starter that ends worse
     monitor = Monitor(budget=100.0, best=1.9, noise=0.0, calibration=field, settings=RACE)
     loser = curve(1.0, 0.5, 2.3, end_drop=0.03)
     reason, at = replay(loser, monitor)
     # the first check is due at 20 s; the point at 17.5 s (within a quarter interval) serves it
     assert at == 17.5 and reason.startswith("stopped at 18 s") and len(monitor.checks) == 1
     at_check = sorted(Race.field_at(field.runs, at))
-    lead, median = at_check[0], at_check[len(at_check) // 2]
+    best_run = min(field.runs, key=lambda r: r.final)  # the anchor is the best run's own curve
+    anchor, median = value_at(best_run.times, best_run.values, at), statistics.median(at_check)
+    assert anchor > at_check[0]  # the fast starter leads at 17.5 s; the line is not drawn from it
     check = monitor.checks[-1]
-    assert (check.lead, check.median, check.c) == (pytest.approx(lead), pytest.approx(median), RACE.race_c)
-    assert check.line == pytest.approx(lead + RACE.race_c * (median - lead))
+    assert (check.lead, check.median, check.c) == (pytest.approx(anchor), pytest.approx(median), RACE.race_c)
+    assert check.line == pytest.approx(anchor + RACE.race_c * (median - anchor))
     assert check.value > check.line and check.decision == "stop"
-    # the final it points to: the leader's final plus the distance to the leader
-    leader = next(r for r in field.runs if Race.field_at([r], at) == [lead])
-    assert check.mean == pytest.approx(leader.final + check.value - lead)
+    # the final it points to: the best run's final plus the distance to it
+    assert check.mean == pytest.approx(best_run.final + check.value - anchor)
+
+
+def test_value_at_interpolates_between_points():
+    times, values = (1.0, 3.0, 4.0), (3.0, 2.0, 1.5)
+    assert value_at(times, values, 2.0) == pytest.approx(2.5)
+    assert value_at(times, values, 3.0) == 2.0 and value_at(times, values, 4.0) == 1.5
+    assert value_at(times, values, 0.5) is None and value_at(times, values, 4.5) is None
+
+
+def test_race_median_counts_the_stopped_runs_that_reached_the_time():
+    """The median is over every run that got this far: stopped runs count up to their stop, so
+    stopping many losers does not pull the median (and the line) towards the best run."""
+    field = history()
+    race = Race(field)
+    for a, b, c in [(1.3, 0.5, 2.4), (1.2, 0.5, 2.5), (1.4, 0.5, 2.45), (1.1, 0.5, 2.6)] * 2:
+        points = [p for p in curve(a, b, c) if p["t"] <= 30.0]  # stopped at 30 s
+        race.add_stopped([p["t"] for p in points], [p["val_bpb"] for p in points])
+    assert len(race.reached(20.0, 10.0)) == 8 and race.reached(40.0, 10.0) == []
+    middling = curve(1.2, 0.5, 2.12, end_drop=0.03)
+    with_stopped = Monitor(budget=100.0, best=1.9, noise=0.0, calibration=field, settings=RACE, race=race)
+    reason, at = replay(middling, with_stopped)
+    first = with_stopped.checks[0]
+    values = sorted(Race.field_at(field.runs, first.t) + race.reached(first.t, 10.0))
+    assert first.median == pytest.approx(statistics.median(values)) and first.decision == "continue"
+    # past the stops only the finished runs are left, and the same run is behind their line
+    assert reason is not None and at > 30.0
+    survivors_only = Monitor(budget=100.0, best=1.9, noise=0.0, calibration=field, settings=RACE)
+    assert replay(middling, survivors_only)[1] < 30.0
+
+
+def test_a_check_is_due_from_a_quarter_interval_before_its_time():
+    settings = Settings(interval_s=10.0, min_fraction=0.2)
+    assert not check_due(17.4, 0, 100.0, settings) and check_due(17.5, 0, 100.0, settings)
+    assert not check_due(27.4, 1, 100.0, settings) and check_due(27.5, 1, 100.0, settings)
 
 
 def test_race_never_stops_the_leader_nor_a_run_within_the_noise():
@@ -151,7 +188,7 @@ def test_race_never_stops_the_leader_nor_a_run_within_the_noise():
     monitor = Monitor(budget=100.0, best=1.9, noise=0.0, calibration=field, settings=RACE)
     assert replay(leader, monitor)[0] is None and len(monitor.checks) == 9
     assert all(c.value <= c.lead <= c.line for c in monitor.checks)
-    # a run 0.05 behind the lead is stopped with no noise, kept when 2 sqrt(2) x noise > 0.05
+    # a run 0.05 behind another is stopped with no noise, kept when 2 sqrt(2) x noise > 0.05
     behind = [dict(p, val_bpb=p["val_bpb"] + 0.05) for p in curve(0.8, 0.4, 1.98, end_drop=0.03)]
     assert replay(behind, Monitor(budget=100.0, best=1.9, noise=0.0, calibration=field, settings=RACE))[0]
     noisy = Monitor(budget=100.0, best=1.9, noise=0.05, calibration=field, settings=RACE)
@@ -160,24 +197,32 @@ def test_race_never_stops_the_leader_nor_a_run_within_the_noise():
 
 
 def test_race_leaves_the_room_this_repos_winners_needed():
-    """A winner that was far behind its field at 20 % widens the line for later runs."""
+    """With race_safety on, a winner that was far behind its field at 20 % widens the line for
+    later runs."""
     runs = list(history().runs)
     slow = curve(6.0, 0.9, 1.85, end_drop=0.03)  # far behind early, best at the end
     winner = FinishedRun(tuple(p["t"] for p in slow), tuple(p["val_bpb"] for p in slow), slow[-1]["val_bpb"], 100.0)
     field = Calibration(runs + [winner])
-    needs = Race(field).winners_needs(RACE)
+    room = replace(RACE, race_safety=1.5)
+    needs = Race(field).winners_needs(room)
     at_20 = sorted(Race.field_at(runs, 20.0))  # the winner's 20 % point is slow[7]
-    assert needs[0.2] == pytest.approx((slow[7]["val_bpb"] - at_20[0]) / (at_20[len(at_20) // 2] - at_20[0]))
+    best_run = min(runs, key=lambda r: r.final)
+    anchor = value_at(best_run.times, best_run.values, 20.0)
+    assert needs[0.2] == pytest.approx((slow[7]["val_bpb"] - anchor) / (at_20[len(at_20) // 2] - anchor))
     assert needs[0.2] > 1.0
     # a check uses the largest need within 0.1 of its fraction
-    assert Race(field).winners_c(0.2, RACE) == max(needs[f] for f in (0.1, 0.15, 0.2, 0.25, 0.3))
+    assert Race(field).winners_c(0.2, room) == max(needs[f] for f in (0.1, 0.15, 0.2, 0.25, 0.3))
     late = curve(5.5, 0.9, 1.84, end_drop=0.03)  # the same shape again
-    kept = Monitor(budget=100.0, best=winner.final, noise=0.0, calibration=field, settings=RACE)
+    kept = Monitor(budget=100.0, best=winner.final, noise=0.0, calibration=field, settings=room)
     assert replay(late, kept)[0] is None
     first = kept.checks[0]
-    assert first.c == pytest.approx(RACE.race_safety * Race(field).winners_c(first.t / 100.0, RACE)) and first.c > 1.5
+    assert first.c == pytest.approx(1.5 * Race(field).winners_c(first.t / 100.0, room)) and first.c > 1.5
+    # off (the default), the line is drawn from the winner's own slow curve: kept all the same
+    plain = Monitor(budget=100.0, best=winner.final, noise=0.0, calibration=field, settings=RACE)
+    assert replay(late, plain)[0] is None and plain.checks[0].c == RACE.race_c
+    assert plain.checks[0].lead == pytest.approx(value_at(winner.times, winner.values, plain.checks[0].t))
     # without the winner in the history the same run is stopped at the first check
-    stopped = Monitor(budget=100.0, best=1.9, noise=0.0, calibration=Calibration(runs), settings=RACE)
+    stopped = Monitor(budget=100.0, best=1.9, noise=0.0, calibration=Calibration(runs), settings=room)
     assert replay(late, stopped)[0].startswith("stopped at 18 s")
 
 
@@ -186,3 +231,16 @@ def test_race_needs_a_field():
     monitor = Monitor(budget=100.0, best=1.9, noise=0.0, calibration=few, settings=RACE)
     assert replay(curve(1.0, 0.5, 2.5), monitor)[0] is None
     assert {c.decision for c in monitor.checks} == {"no_field"}
+
+
+def test_the_config_section_sets_every_rule_setting_with_the_same_defaults():
+    """[early_stop] reaches the rule through Settings: a key the rule lacks, or a default that
+    differs, would make the loop run another rule than the one the bench measured."""
+    from dataclasses import fields
+
+    from gitresearch.config import EarlyStopConfig
+
+    settings = {f.name: f.default for f in fields(Settings)}
+    for f in fields(EarlyStopConfig):
+        if f.name != "enabled":
+            assert settings[f.name] == f.default, f.name

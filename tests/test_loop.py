@@ -238,6 +238,16 @@ def test_early_stop_in_the_loop(tmp_path, rule):
             assert check["value"] > check["line"] >= check["lead"]
         else:
             assert check["llr"] > 0
+    # the next monitor knows every finished run's curve and every stopped run's, up to its stop
+    from gitresearch.earlystop import EarlyStop
+
+    early_stop = EarlyStop(store, load(repo), lambda n: store.state_dir / "runs" / f"{n:06d}")
+    early_stop.monitor()
+    stopped = [r for r in records(repo) if r["status"] == "early_stop"]
+    finished = [r for r in records(repo) if r["status"] in ("keep", "discard")]
+    assert len(early_stop.race.stopped) == len(stopped) >= 2
+    assert len(early_stop.calibration.runs) == len(finished) + 2  # + the baseline's two runs
+    assert all(ts[-1] < 1.0 for ts, _ in early_stop.race.stopped)  # cut at the stop, before the 1 s budget
     from gitresearch.history import history_window
 
     window = {w.description: w for w in history_window(store, store.experiments(), 32)}
