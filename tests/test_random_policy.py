@@ -1,9 +1,11 @@
 """The random policy: constants found through the AST, sensible mutations, no repeats."""
 import random
+from pathlib import Path
 
 from gitresearch.config import Config, PolicyConfig
 from gitresearch.policies import State
-from gitresearch.policies.random_search import RandomSearch, diff_sha, find_sites, mutate, rewrite
+from gitresearch.policies.constants import find_sites, rewrite
+from gitresearch.policies.random_search import RandomSearch, diff_sha, mutate
 
 SOURCE = '''import os
 CUDA = os.environ.get("X") == "1"
@@ -58,3 +60,64 @@ def test_never_proposes_the_same_diff_twice(tmp_path):
         sha = diff_sha(proposal.diff)
         assert sha not in tried
         tried.add(sha)
+
+
+TARGET = (Path(__file__).resolve().parents[1] / "target_repo" / "train.py").read_text()
+
+
+def test_only_the_branch_live_on_this_machine_is_searched():
+    cpu = {s.name: s.value for s in find_sites(TARGET, cuda=False)}
+    gpu = {s.name: s.value for s in find_sites(TARGET, cuda=True)}
+    assert (cpu["DEPTH"], cpu["WIDTH"], cpu["BATCH_SIZE"]) == (4, 128, 16)  # the CPU scale only
+    assert (gpu["DEPTH"], gpu["WIDTH"], gpu["BATCH_SIZE"]) == (12, 768, 32)  # the GPU scale only
+    assert set(cpu) == set(gpu) and cpu["MATRIX_LR"] == gpu["MATRIX_LR"] == 0.005
+    assert cpu["ADAM_BETAS[1]"] == 0.95  # several literals in one live value keep their index
+
+
+def test_conditions_known_here_follow_names_and_if_blocks():
+    source = '''import torch
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+ON_GPU = DEVICE == "cuda"
+BATCH = 64 if ON_GPU else 8
+DTYPE_BITS = 16 if (ON_GPU and not False) else 32
+if not ON_GPU:
+    STEPS = 10
+else:
+    STEPS = 1000
+SCALE = 2 if torch.cuda.device_count() > 1 else 1  # not known here: both branches
+'''
+    cpu = {s.name: s.value for s in find_sites(source, cuda=False)}
+    gpu = {s.name: s.value for s in find_sites(source, cuda=True)}
+    assert cpu == {"BATCH": 8, "DTYPE_BITS": 32, "STEPS": 10, "SCALE[0]": 2, "SCALE[1]": 1}
+    assert gpu == {"BATCH": 64, "DTYPE_BITS": 16, "STEPS": 1000, "SCALE[0]": 2, "SCALE[1]": 1}
+
+
+def test_bookkeeping_constants_are_left_alone():
+    source = '''PEAK_FLOPS = 989.5e12  # only feeds a printed MFU
+LR = 0.01
+LOG_EVERY = 10
+IMPORTED_ELSEWHERE = 3
+def train(step, flops, opt):
+    opt.lr = LR
+    mfu = 100 * flops / PEAK_FLOPS
+    share = mfu / 100
+    if step % LOG_EVERY == 0:
+        print(f"step {step} lr {LR} mfu {share:.1f}")
+'''
+    names = {s.name for s in find_sites(source)}
+    # LR is printed but also trains; LOG_EVERY decides when to print (a condition, kept: the
+    # analysis does not follow control flow); one never read may be imported by another module
+    assert names == {"LR", "LOG_EVERY", "IMPORTED_ELSEWHERE"}
+
+
+def test_the_random_policy_never_touches_a_dead_branch():
+    for cuda, dead in ((False, {"DEPTH": 12, "WIDTH": 768, "BATCH_SIZE": 32}),
+                       (True, {"DEPTH": 4, "WIDTH": 128, "BATCH_SIZE": 16})):
+        policy = RandomSearch(Config(policy=PolicyConfig(seed=3)), DiffMaker(), cuda=cuda)
+        tried = set()
+        for _ in range(60):
+            proposal = policy.propose(State("x", {"train.py": TARGET}, [], [], Config(), frozenset(tried)))
+            tried.add(diff_sha(proposal.diff))
+            for change in proposal.data["changes"]:
+                assert dead.get(change["name"]) != change["old"], change
+                assert change["name"] not in ("DEPTH[0]", "DEPTH[1]")  # one live literal, no index

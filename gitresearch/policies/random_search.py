@@ -1,44 +1,18 @@
-"""Random search: mutate one to three numeric or boolean module-level constants of an editable
-file by sampled factors. Constants are found through the Python AST, so any train.py works."""
+"""Random search: mutate one to three of an editable file's live constants (constants.py: the
+literals that can change the run on this machine) by sampled factors. Constants are found
+through the Python AST, so any train.py works."""
 from __future__ import annotations
 
-import ast
 import math
 import random
-from dataclasses import dataclass
 
 from ..diffs import diff_sha
+from ..workers import visible_gpus
 from . import PolicyError, Proposal, State
+from .constants import find_sites, rewrite
 
 FACTOR_RANGE = (1 / 3, 3.0)  # floats are multiplied by a log-uniform factor in this range
 MAX_TRIES = 200  # attempts to find a diff never proposed before
-
-
-@dataclass(frozen=True)
-class Site:
-    """One literal number or bool inside a module-level assignment."""
-    name: str  # the assigned name, plus an index when the value holds several literals
-    line: int  # 1-based
-    col: int  # UTF-8 byte offsets in the line
-    end_col: int
-    value: int | float | bool
-
-
-def find_sites(source: str, skip: tuple[str, ...] = ()) -> list[Site]:
-    sites = []
-    for node in ast.parse(source).body:
-        if not (isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None):
-            continue
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        names = [t.id for t in targets if isinstance(t, ast.Name)]
-        if not names or not names[0].isupper() or names[0] in skip:  # constants: UPPER_CASE
-            continue
-        literals = [n for n in ast.walk(node.value) if isinstance(n, ast.Constant)
-                    and isinstance(n.value, (int, float)) and n.lineno == n.end_lineno]
-        for i, lit in enumerate(sorted(literals, key=lambda n: (n.lineno, n.col_offset))):
-            label = names[0] if len(literals) == 1 else f"{names[0]}[{i}]"
-            sites.append(Site(label, lit.lineno, lit.col_offset, lit.end_col_offset, lit.value))
-    return sites
 
 
 def mutate(value, rng: random.Random):
@@ -58,28 +32,22 @@ def mutate(value, rng: random.Random):
     return float(f"{value * factor:.3g}")
 
 
-def rewrite(source: str, changes: list[tuple[Site, object]]) -> str:
-    lines = source.splitlines(keepends=True)
-    for site, new in sorted(changes, key=lambda c: (c[0].line, c[0].col), reverse=True):
-        raw = lines[site.line - 1].encode("utf-8")
-        lines[site.line - 1] = (raw[:site.col] + repr(new).encode() + raw[site.end_col:]).decode("utf-8")
-    return "".join(lines)
-
-
 class RandomSearch:
     name = "random"
 
-    def __init__(self, config, store, seed: int | None = None):
+    def __init__(self, config, store, seed: int | None = None, cuda: bool | None = None):
         self.store = store
         self.rng = random.Random(seed if seed is not None else config.policy.seed)
         self.skip = config.policy.skip_constants
+        # the runner gives each run a GPU when this machine has one (workers.worker_env)
+        self.cuda = bool(visible_gpus()) if cuda is None else cuda
 
     def propose(self, state: State) -> Proposal:
         tried = state.tried_diffs
         for _ in range(MAX_TRIES):
             path = self.rng.choice(sorted(state.files))
             source = state.files[path]
-            sites = find_sites(source, self.skip)
+            sites = find_sites(source, self.skip, cuda=self.cuda)
             if not sites:
                 continue
             chosen = self.rng.sample(sites, k=min(len(sites), self.rng.randint(1, 3)))

@@ -1,0 +1,188 @@
+"""The search space a search policy may edit: the numeric and boolean literals of a file's
+module-level UPPER_CASE constants that can change the run on this machine (docs/policies.md).
+
+Two kinds of literal are left out:
+- a dead branch: `X if COND else Y`, or a module-level `if COND:` block, where COND is known
+  here. What is known is the device the runner gives the run (CUDA or not, as
+  `torch.cuda.is_available()` will answer in it), names assigned from it, literals, and
+  `not`/`and`/`or`/`==`/`!=`/`in` over those; any other condition keeps both branches.
+- bookkeeping: a constant whose every read only reaches output (print, logging, an
+  f-string), directly or through names assigned from it that do.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+UNKNOWN = object()  # a condition this module cannot evaluate
+OUTPUT_CALLS = {"print", "debug", "info", "warning", "error", "log", "write", "set_postfix"}
+
+
+@dataclass(frozen=True)
+class Site:
+    """One literal number or bool inside a module-level assignment."""
+    name: str  # the assigned name, plus an index when the value holds several literals
+    line: int  # 1-based
+    col: int  # UTF-8 byte offsets in the line
+    end_col: int
+    value: int | float | bool
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def evaluate(node: ast.AST, known: dict, cuda: bool):
+    """The value of a condition from what is known on this machine, or UNKNOWN."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return known.get(node.id, UNKNOWN)
+    if isinstance(node, ast.Call) and not node.args and _dotted(node.func).endswith("cuda.is_available"):
+        return cuda
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        value = evaluate(node.operand, known, cuda)
+        return UNKNOWN if value is UNKNOWN else not value
+    if isinstance(node, ast.BoolOp):
+        values = [evaluate(v, known, cuda) for v in node.values]
+        if UNKNOWN in values:
+            return UNKNOWN
+        return all(values) if isinstance(node.op, ast.And) else any(values)
+    if isinstance(node, ast.IfExp):
+        test = evaluate(node.test, known, cuda)
+        return UNKNOWN if test is UNKNOWN else evaluate(node.body if test else node.orelse, known, cuda)
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        left, right = evaluate(node.left, known, cuda), evaluate(node.comparators[0], known, cuda)
+        if UNKNOWN in (left, right) or isinstance(right, ast.AST):
+            return UNKNOWN
+        op = node.ops[0]
+        try:
+            if isinstance(op, ast.Eq):
+                return left == right
+            if isinstance(op, ast.NotEq):
+                return left != right
+            if isinstance(op, (ast.In, ast.NotIn)):
+                return (left in right) == isinstance(op, ast.In)
+        except TypeError:
+            return UNKNOWN
+    if isinstance(node, (ast.Tuple, ast.List)):
+        values = [evaluate(v, known, cuda) for v in node.elts]
+        return UNKNOWN if UNKNOWN in values else tuple(values)
+    return UNKNOWN
+
+
+def _live_literals(node: ast.AST, known: dict, cuda: bool):
+    """The number and bool literals of an expression, dead branches and conditions left out."""
+    if isinstance(node, ast.IfExp):
+        test = evaluate(node.test, known, cuda)
+        branches = [node.body, node.orelse] if test is UNKNOWN else [node.body if test else node.orelse]
+        for branch in branches:
+            yield from _live_literals(branch, known, cuda)
+        return
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        yield node
+        return
+    for child in ast.iter_child_nodes(node):
+        yield from _live_literals(child, known, cuda)
+
+
+def _live_statements(body, known: dict, cuda: bool):
+    """Module-level statements on the path this machine takes, `known` updated as it goes."""
+    for node in body:
+        if isinstance(node, ast.If):
+            test = evaluate(node.test, known, cuda)
+            branches = [node.body, node.orelse] if test is UNKNOWN else [node.body if test else node.orelse]
+            for branch in branches:
+                yield from _live_statements(branch, known, cuda)
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            value = evaluate(node.value, known, cuda)
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    if value is UNKNOWN:
+                        known.pop(target.id, None)
+                    else:
+                        known[target.id] = value
+        yield node
+
+
+def _reaches_only_output(name: str, scope: ast.AST, parents: dict, depth: int = 0) -> bool:
+    """Whether every read of `name` in `scope` ends in output (a print or log call, an
+    f-string), directly or through local names assigned from it that do."""
+    reads = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name
+             and isinstance(n.ctx, ast.Load)]
+    for read in reads:
+        node, found = read, False
+        while node in parents and not found:
+            node = parents[node]
+            if isinstance(node, ast.JoinedStr):
+                found = True
+            elif isinstance(node, ast.Call) and (_dotted(node.func).rsplit(".", 1)[-1] in OUTPUT_CALLS):
+                found = True
+            elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [t.id for t in targets if isinstance(t, ast.Name)]
+                if depth > 3 or not names or len(names) != len(targets):
+                    return False
+                home = next((p for p in _ancestors(node, parents)
+                             if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module))), scope)
+                found = all(_reaches_only_output(n, home, parents, depth + 1) for n in names if n != name)
+                if not found:
+                    return False
+            elif isinstance(node, ast.stmt):
+                return False
+        if not found:
+            return False
+    return True
+
+
+def _ancestors(node, parents):
+    while node in parents:
+        node = parents[node]
+        yield node
+
+
+def bookkeeping(tree: ast.Module, names) -> set[str]:
+    """The constants among `names` that cannot change the run: read, and every read only on
+    the way to output. (One never read here is kept: another module may import it.)"""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return {name for name in names if name in read and _reaches_only_output(name, tree, parents)}
+
+
+def find_sites(source: str, skip: tuple[str, ...] = (), cuda: bool = False) -> list[Site]:
+    """The live, non-bookkeeping literals of the module-level constants, on a machine that
+    has (cuda=True) or lacks a CUDA device."""
+    tree = ast.parse(source)
+    found, known = [], {}
+    for node in _live_statements(tree.body, known, cuda):
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        if names and names[0].isupper() and names[0] not in skip:  # constants: UPPER_CASE
+            literals = [n for n in _live_literals(node.value, known, cuda) if n.lineno == n.end_lineno]
+            found.append((names[0], sorted(literals, key=lambda n: (n.lineno, n.col_offset))))
+    idle = bookkeeping(tree, {name for name, _ in found})
+    sites = []
+    for name, literals in found:
+        if name in idle:
+            continue
+        for i, lit in enumerate(literals):
+            label = name if len(literals) == 1 else f"{name}[{i}]"
+            sites.append(Site(label, lit.lineno, lit.col_offset, lit.end_col_offset, lit.value))
+    return sites
+
+
+def rewrite(source: str, changes: list[tuple[Site, object]]) -> str:
+    """The source with each site's literal replaced by its new value, all else byte for byte."""
+    lines = source.splitlines(keepends=True)
+    for site, new in sorted(changes, key=lambda c: (c[0].line, c[0].col), reverse=True):
+        raw = lines[site.line - 1].encode("utf-8")
+        lines[site.line - 1] = (raw[:site.col] + repr(new).encode() + raw[site.end_col:]).decode("utf-8")
+    return "".join(lines)
