@@ -101,15 +101,16 @@ class EarlyStopConfig:
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    name: str = "random"  # random | llm
+    name: str = "random"  # random | optuna | llm | rl
     agenda: str = "AGENDA.md"  # research agenda shown to LLM policies (path in the repo)
     history_k: int = 32  # experiments in the history window
     diff_chars: int = 1500  # characters of each history entry's diff shown in the prompt
     max_tries: int = 3  # proposals tried (each failure fed back) before recording `invalid`
     max_diff_bytes: int = 65536  # larger diffs are invalid
     system_prompt: str = ""  # file with a system prompt replacing the built-in one
-    seed: int | None = None  # random policy seed; None: fresh entropy
-    skip_constants: tuple[str, ...] = ()  # constants the random policy leaves alone
+    seed: int | None = None  # random and optuna policies' seed; None: fresh entropy
+    skip_constants: tuple[str, ...] = ()  # constants the random and optuna policies leave alone
+    sampler: str = "tpe"  # optuna policy: tpe | cmaes | gp | qmc
 
 
 @dataclass(frozen=True)
@@ -259,6 +260,9 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
         raise ConfigError(f"{path} [metric] direction = {sections['metric'].direction!r}: only "
                           f"\"minimize\" is supported; to maximise a score, have the script (or the "
                           f"evaluator) report its negative, e.g. neg_accuracy")
+    if sections["policy"].sampler not in ("tpe", "cmaes", "gp", "qmc"):
+        raise ConfigError(f"{path} [policy] sampler = {sections['policy'].sampler!r}: expected "
+                          f"\"tpe\", \"cmaes\", \"gp\" or \"qmc\"")
     if sections["early_stop"].rule not in ("race", "forecast"):
         raise ConfigError(f"{path} [early_stop] rule = {sections['early_stop'].rule!r}: expected "
                           f"\"race\" or \"forecast\"")

@@ -108,6 +108,10 @@ def train(step, flops, opt):
     # LR is printed but also trains; LOG_EVERY decides when to print (a condition, kept: the
     # analysis does not follow control flow); one never read may be imported by another module
     assert names == {"LR", "LOG_EVERY", "IMPORTED_ELSEWHERE"}
+    # output that names the metric is the result the harness reads: what feeds it is searched
+    fake = (Path(__file__).resolve().parent / "fakes" / "curve.py").read_text()
+    assert {s.name for s in find_sites(fake)} == {"LR", "DEPTH", "STEP_S"}
+    assert {s.name for s in find_sites(fake, metric="other_metric")} == {"STEP_S"}
 
 
 def test_the_random_policy_never_touches_a_dead_branch():

@@ -1,4 +1,5 @@
-"""Policies (docs/policies.md): random search, an LLM, the RL-tuned LM; the types are in base.py."""
+"""Policies (docs/policies.md): random search, Optuna's samplers, an LLM, the RL-tuned LM; the
+types are in base.py."""
 from __future__ import annotations
 
 from ..config import Config
@@ -7,7 +8,7 @@ from .base import Attempt, BackendError, InvalidReply, Policy, PolicyError, Prop
 __all__ = ["Attempt", "BackendError", "InvalidReply", "Policy", "PolicyError", "Proposal", "State",
            "POLICIES", "make_policy"]
 
-POLICIES = ("random", "llm", "rl")
+POLICIES = ("random", "optuna", "llm", "rl")
 
 
 def make_policy(name: str, config: Config, store) -> Policy:
@@ -15,6 +16,10 @@ def make_policy(name: str, config: Config, store) -> Policy:
         from .random_search import RandomSearch
 
         return RandomSearch(config, store)
+    if name == "optuna":
+        from .optuna_search import OptunaSearch
+
+        return OptunaSearch(config, store)
     if name == "llm":
         from .llm import LLMPolicy
 

@@ -7,7 +7,8 @@ Two kinds of literal are left out:
   `torch.cuda.is_available()` will answer in it), names assigned from it, literals, and
   `not`/`and`/`or`/`==`/`!=`/`in` over those; any other condition keeps both branches.
 - bookkeeping: a constant whose every read only reaches output (print, logging, an
-  f-string), directly or through names assigned from it that do.
+  f-string), directly or through names assigned from it that do, where that output does not
+  name the metric (a line that reports val_bpb is the result, not a display).
 """
 from __future__ import annotations
 
@@ -111,18 +112,25 @@ def _live_statements(body, known: dict, cuda: bool):
         yield node
 
 
-def _reaches_only_output(name: str, scope: ast.AST, parents: dict, depth: int = 0) -> bool:
+def _names_the_metric(node: ast.AST, metric: str) -> bool:
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and metric in n.value
+               for n in ast.walk(node))
+
+
+def _reaches_only_output(name: str, scope: ast.AST, parents: dict, metric: str, depth: int = 0) -> bool:
     """Whether every read of `name` in `scope` ends in output (a print or log call, an
-    f-string), directly or through local names assigned from it that do."""
+    f-string) that does not report the metric, directly or through local names assigned
+    from it that do."""
     reads = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name
              and isinstance(n.ctx, ast.Load)]
     for read in reads:
         node, found = read, False
         while node in parents and not found:
             node = parents[node]
-            if isinstance(node, ast.JoinedStr):
-                found = True
-            elif isinstance(node, ast.Call) and (_dotted(node.func).rsplit(".", 1)[-1] in OUTPUT_CALLS):
+            if isinstance(node, ast.JoinedStr) or (
+                    isinstance(node, ast.Call) and _dotted(node.func).rsplit(".", 1)[-1] in OUTPUT_CALLS):
+                if _names_the_metric(node, metric):
+                    return False  # the result the harness reads, not a display
                 found = True
             elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -131,7 +139,7 @@ def _reaches_only_output(name: str, scope: ast.AST, parents: dict, depth: int = 
                     return False
                 home = next((p for p in _ancestors(node, parents)
                              if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module))), scope)
-                found = all(_reaches_only_output(n, home, parents, depth + 1) for n in names if n != name)
+                found = all(_reaches_only_output(n, home, parents, metric, depth + 1) for n in names if n != name)
                 if not found:
                     return False
             elif isinstance(node, ast.stmt):
@@ -147,17 +155,20 @@ def _ancestors(node, parents):
         yield node
 
 
-def bookkeeping(tree: ast.Module, names) -> set[str]:
+def bookkeeping(tree: ast.Module, names, metric: str = "val_bpb") -> set[str]:
     """The constants among `names` that cannot change the run: read, and every read only on
-    the way to output. (One never read here is kept: another module may import it.)"""
+    the way to output that does not report `metric`. (One never read here is kept: another
+    module may import it.)"""
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return {name for name in names if name in read and _reaches_only_output(name, tree, parents)}
+    return {name for name in names if name in read and _reaches_only_output(name, tree, parents, metric)}
 
 
-def find_sites(source: str, skip: tuple[str, ...] = (), cuda: bool = False) -> list[Site]:
+def find_sites(source: str, skip: tuple[str, ...] = (), cuda: bool = False,
+               metric: str = "val_bpb") -> list[Site]:
     """The live, non-bookkeeping literals of the module-level constants, on a machine that
-    has (cuda=True) or lacks a CUDA device."""
+    has (cuda=True) or lacks a CUDA device; `metric`: the name of the result the script
+    reports (output that names it is the result, not bookkeeping)."""
     tree = ast.parse(source)
     found, known = [], {}
     for node in _live_statements(tree.body, known, cuda):
@@ -168,7 +179,7 @@ def find_sites(source: str, skip: tuple[str, ...] = (), cuda: bool = False) -> l
         if names and names[0].isupper() and names[0] not in skip:  # constants: UPPER_CASE
             literals = [n for n in _live_literals(node.value, known, cuda) if n.lineno == n.end_lineno]
             found.append((names[0], sorted(literals, key=lambda n: (n.lineno, n.col_offset))))
-    idle = bookkeeping(tree, {name for name, _ in found})
+    idle = bookkeeping(tree, {name for name, _ in found}, metric)
     sites = []
     for name, literals in found:
         if name in idle:

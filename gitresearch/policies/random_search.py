@@ -39,6 +39,7 @@ class RandomSearch:
         self.store = store
         self.rng = random.Random(seed if seed is not None else config.policy.seed)
         self.skip = config.policy.skip_constants
+        self.metric = config.metric.name
         # the runner gives each run a GPU when this machine has one (workers.worker_env)
         self.cuda = bool(visible_gpus()) if cuda is None else cuda
 
@@ -47,7 +48,7 @@ class RandomSearch:
         for _ in range(MAX_TRIES):
             path = self.rng.choice(sorted(state.files))
             source = state.files[path]
-            sites = find_sites(source, self.skip, cuda=self.cuda)
+            sites = find_sites(source, self.skip, cuda=self.cuda, metric=self.metric)
             if not sites:
                 continue
             chosen = self.rng.sample(sites, k=min(len(sites), self.rng.randint(1, 3)))

@@ -1,0 +1,126 @@
+"""The optuna policy: the study rebuilt from the notes, invalid suggestions not asked again,
+a loop end to end and resumed from git alone."""
+import difflib
+import math
+
+import pytest
+from optuna.trial import TrialState
+
+from gitresearch.config import Config, PolicyConfig
+from gitresearch.gitstore import Experiment
+from gitresearch.policies import PolicyError, State
+from gitresearch.policies.constants import find_sites, rewrite
+from gitresearch.policies.optuna_search import OptunaSearch
+from helpers import cli, make_repo
+
+SOURCE = '''import torch
+CUDA = torch.cuda.is_available()
+LR = 0.01  # optimum 0.003
+WIDTH = 64 if CUDA else 32  # optimum 96 (the CPU branch is searched, within x/÷4)
+BETA = 0.9  # optimum 0.97
+USE_NORM = False  # optimum True
+STEPS_PER_LOG = 0.0  # a zero: left fixed
+'''
+
+
+def objective(source: str) -> float:
+    v = {s.name: s.value for s in find_sites(source)}
+    return ((math.log10(v["LR"]) - math.log10(0.003)) ** 2 + (math.log2(v["WIDTH"]) - math.log2(96)) ** 2 / 4
+            + (v["BETA"] - 0.97) ** 2 * 20 + (0.0 if v["USE_NORM"] else 0.2))
+
+
+class NotesStore:
+    """The store's reading side over a list of notes, and a loop that keeps improvements."""
+
+    def __init__(self, source, baseline_value=None):
+        self.sources = {"c0": source}
+        value = objective(source) if baseline_value is None else baseline_value
+        self.exps = [Experiment(0, "c0", None, "baseline", {"status": "baseline", "val_bpb": value})]
+        self.best = "c0"
+
+    def experiments(self):
+        return list(reversed(self.exps))
+
+    def experiment_commit(self, number):
+        return self.exps[number].commit
+
+    def read_file(self, commit, path):
+        return self.sources[commit]
+
+    def make_diff(self, path, old, new):
+        self.last_new = new  # what the proposal's diff makes of the file
+        return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), path, path))
+
+    def run(self, policy, state_config):
+        state = State(self.best, {"train.py": self.sources[self.best]}, [], [], state_config)
+        proposal = policy.propose(state)
+        commit = f"c{len(self.exps)}"
+        self.sources[commit] = self.last_new
+        value = objective(self.last_new)
+        best_value = objective(self.sources[self.best])
+        status = "keep" if value < best_value else "discard"
+        self.exps.append(Experiment(len(self.exps), commit, self.best, proposal.description,
+                                    {"status": status, "val_bpb": value, "policy_data": proposal.data}))
+        if status == "keep":
+            self.best = commit
+        return value
+
+
+def test_the_study_is_rebuilt_from_the_notes():
+    store = NotesStore(SOURCE)
+    policy = OptunaSearch(Config(policy=PolicyConfig(seed=0)), store, cuda=False)
+    keys = ["train.py:LR", "train.py:WIDTH", "train.py:BETA", "train.py:USE_NORM"]
+    assert sorted(policy.search_space(["train.py"])) == sorted(keys)  # STEPS_PER_LOG 0.0: fixed
+    params = [{"train.py:LR": 0.005 * i, "train.py:WIDTH": 16 * i, "train.py:BETA": 0.8,
+               "train.py:USE_NORM": bool(i % 2)} for i in range(1, 6)]
+    checks = [{"t": 1.0, "value": 3.1, "decision": "continue"}, {"t": 2.0, "value": 2.9, "decision": "stop"}]
+    records = [{"status": "keep", "val_bpb": 1.5}, {"status": "early_stop", "checks": checks},
+               {"status": "crash"}, {"status": "invalid"}, {"status": "confirming"}]
+    for i, (p, record) in enumerate(zip(params, records), start=1):
+        store.exps.append(Experiment(i, f"c{i}", "c0", "x", {**record, "policy_data": {"params": p}}))
+    # made by another policy, and still training (no note): their values are read from their files
+    store.sources["c6"] = SOURCE.replace("LR = 0.01", "LR = 0.004")
+    store.sources["c7"] = SOURCE.replace("BETA = 0.9", "BETA = 0.95")
+    store.exps.append(Experiment(6, "c6", "c0", "by another policy", {"status": "keep", "val_bpb": 1.0}))
+    store.exps.append(Experiment(7, "c7", "c0", "in flight", None))
+    study, invalid = policy.study(["train.py"])
+    trials = study.get_trials(deepcopy=False)
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.PRUNED,
+                                         TrialState.FAIL, TrialState.FAIL, TrialState.RUNNING,
+                                         TrialState.COMPLETE, TrialState.RUNNING]
+    assert trials[6].params["train.py:LR"] == 0.004 and trials[6].value == 1.0
+    assert trials[7].params["train.py:BETA"] == 0.95  # TPE's constant liar counts it as running
+    assert trials[0].params == {"train.py:LR": 0.01, "train.py:WIDTH": 32, "train.py:BETA": 0.9,
+                                "train.py:USE_NORM": False}  # the baseline's values
+    assert [t.params for t in trials[1:6]] == params and trials[1].value == 1.5
+    assert trials[2].intermediate_values == {0: 3.1, 1: 2.9} and invalid == [params[3]]
+
+
+def test_an_invalid_suggestion_is_never_asked_again():
+    source = "FLAG = False\nprint(FLAG and 1)\nrun(FLAG)\n"
+    store = NotesStore(source, baseline_value=1.0)
+    store.exps.append(Experiment(1, "c1", "c0", "x", {"status": "invalid",
+                                                      "policy_data": {"params": {"train.py:FLAG": True}}}))
+    policy = OptunaSearch(Config(policy=PolicyConfig(seed=0)), store, cuda=False)
+    with pytest.raises(PolicyError, match="no new suggestion"):
+        policy.propose(State("c0", {"train.py": source}, [], [], Config()))
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "cmaes"])
+def test_optuna_loop_end_to_end_and_resumed_from_git_alone(tmp_path, sampler):
+    repo = make_repo(tmp_path / "repo")
+    cli("init", cwd=repo)
+    cli("loop", "--policy", "optuna", "--sampler", sampler, "--seed", "1", "--max-experiments", "3",
+        "--no-early-stop", cwd=repo)
+    from gitresearch.config import load
+    from gitresearch.gitstore import Store
+
+    store = Store(repo)
+    notes = [e.record for e in reversed(store.experiments()) if e.number > 0]
+    assert len(notes) == 3 and all(n["policy_data"]["sampler"] == sampler for n in notes)
+    # a new process (as after kill -9) rebuilds the same trials from the notes alone
+    study, _ = OptunaSearch(load(repo), store, cuda=False).study(["train.py"])
+    trials = study.get_trials(deepcopy=False)[1:]
+    assert [t.params for t in trials] == [n["policy_data"]["params"] for n in notes]
+    assert [t.value for t in trials] == [n.get("val_bpb") for n in notes]
+    assert "train.py:STEP_S" not in trials[0].params  # 0.0: no scale, left alone
