@@ -81,7 +81,7 @@ def init(directory: Path, template: str | None):
 @click.option("--patience", type=int, help="stop after this many experiments without a keep")
 @click.option("--early-stop/--no-early-stop", default=None, help="self-evaluation on or off")
 @click.option("--seed", type=int, help="random and optuna policies' seed")
-@click.option("--sampler", type=click.Choice(["tpe", "cmaes", "gp", "qmc"]), help="[policy] sampler of --policy optuna")
+@click.option("--sampler", type=click.Choice(["tpe", "gp"]), help="[policy] sampler of --policy optuna")
 @click.option("--workers", type=int, help="experiments at once: one per GPU, or CPU cores split [loop] workers")
 @click.option("--remote", help="a git remote shared with other machines [loop] remote")
 @click.option("--no-sandbox", is_flag=True, default=None,

@@ -110,7 +110,7 @@ class PolicyConfig:
     system_prompt: str = ""  # file with a system prompt replacing the built-in one
     seed: int | None = None  # random and optuna policies' seed; None: fresh entropy
     skip_constants: tuple[str, ...] = ()  # constants the random and optuna policies leave alone
-    sampler: str = "tpe"  # optuna policy: tpe | cmaes | gp | qmc
+    sampler: str = "tpe"  # optuna policy: tpe | gp
 
 
 @dataclass(frozen=True)
@@ -191,6 +191,27 @@ class Config:
     reward: RewardConfig = field(default_factory=RewardConfig)
     rl: RLConfig = field(default_factory=RLConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
+    # [search]: the optuna policy's space, per constant ("NAME" or "path:NAME"): an inline table
+    # of low, high (numbers), log (bool), step (number), fixed (bool: not searched)
+    search: dict = field(default_factory=dict)
+
+
+SEARCH_KEYS = {"low": "float", "high": "float", "step": "float", "log": "bool", "fixed": "bool"}
+
+
+def _search_table(table: dict, where: str) -> dict:
+    out = {}
+    for name, spec in table.items():
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{where} {name} = {spec!r}: expected a table such as {{low = 1e-4, high = 0.1, log = true}}")
+        unknown = set(spec) - set(SEARCH_KEYS)
+        if unknown:
+            raise ConfigError(f"{where} {name}: unknown key(s) {', '.join(sorted(unknown))} "
+                              f"(known: {', '.join(SEARCH_KEYS)})")
+        out[name] = {key: checked(value, SEARCH_KEYS[key], f"{where} {name}.{key}") for key, value in spec.items()}
+        if "low" in spec and "high" in spec and not spec["low"] < spec["high"]:
+            raise ConfigError(f"{where} {name}: low {spec['low']!r} is not below high {spec['high']!r}")
+    return out
 
 
 def _section(cls, table: dict, where: str):
@@ -244,6 +265,9 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
         raise ConfigError(f"{path}: schema {schema} is newer than this gitresearch ({SCHEMA})")
     sections = {}
     for f in fields(Config):
+        if f.name == "search":
+            sections["search"] = _search_table(data.pop("search", {}), f"{path} [search]")
+            continue
         if f.name == "schema":
             continue
         sections[f.name] = _section(f.default_factory().__class__, data.pop(f.name, {}),
@@ -260,9 +284,9 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
         raise ConfigError(f"{path} [metric] direction = {sections['metric'].direction!r}: only "
                           f"\"minimize\" is supported; to maximise a score, have the script (or the "
                           f"evaluator) report its negative, e.g. neg_accuracy")
-    if sections["policy"].sampler not in ("tpe", "cmaes", "gp", "qmc"):
+    if sections["policy"].sampler not in ("tpe", "gp"):
         raise ConfigError(f"{path} [policy] sampler = {sections['policy'].sampler!r}: expected "
-                          f"\"tpe\", \"cmaes\", \"gp\" or \"qmc\"")
+                          f"\"tpe\" or \"gp\"")
     if sections["early_stop"].rule not in ("race", "forecast"):
         raise ConfigError(f"{path} [early_stop] rule = {sections['early_stop'].rule!r}: expected "
                           f"\"race\" or \"forecast\"")

@@ -106,7 +106,7 @@ def test_an_invalid_suggestion_is_never_asked_again():
         policy.propose(State("c0", {"train.py": source}, [], [], Config()))
 
 
-@pytest.mark.parametrize("sampler", ["tpe", "cmaes"])
+@pytest.mark.parametrize("sampler", ["tpe", "gp"])
 def test_optuna_loop_end_to_end_and_resumed_from_git_alone(tmp_path, sampler):
     repo = make_repo(tmp_path / "repo")
     cli("init", cwd=repo)
@@ -124,3 +124,25 @@ def test_optuna_loop_end_to_end_and_resumed_from_git_alone(tmp_path, sampler):
     assert [t.params for t in trials] == [n["policy_data"]["params"] for n in notes]
     assert [t.value for t in trials] == [n.get("val_bpb") for n in notes]
     assert "train.py:STEP_S" not in trials[0].params  # 0.0: no scale, left alone
+
+
+def test_the_search_table_sets_bounds_log_step_and_fixed(tmp_path):
+    from gitresearch.config import ConfigError, load
+
+    (tmp_path / "gitresearch.toml").write_text(
+        '[search]\nLR = {low = 0.0001, high = 0.1, log = true}\n"train.py:WIDTH" = {low = 16, high = 128, step = 16}\n'
+        'BETA = {fixed = true}\nSTEPS_PER_LOG = {low = 0.0, high = 5.0}\n')
+    config = load(tmp_path)
+    policy = OptunaSearch(config, NotesStore(SOURCE), cuda=False)
+    space = {key: dist for key, (dist, _) in policy.search_space(["train.py"]).items()}
+    assert (space["train.py:LR"].low, space["train.py:LR"].high, space["train.py:LR"].log) == (0.0001, 0.1, True)
+    assert (space["train.py:WIDTH"].low, space["train.py:WIDTH"].high, space["train.py:WIDTH"].step) == (16, 128, 16)
+    assert "train.py:BETA" not in space  # fixed
+    assert (space["train.py:STEPS_PER_LOG"].low, space["train.py:STEPS_PER_LOG"].high) == (0.0, 5.0)  # a zero, given bounds
+    proposal = policy.propose(State("c0", {"train.py": SOURCE}, [], [], config))
+    assert proposal.data["params"]["train.py:WIDTH"] % 16 == 0 and "train.py:BETA" not in proposal.data["params"]
+    for bad, message in [("LR = 3", "expected a table"), ("LR = {low = 1, hi = 2}", "unknown key"),
+                         ("LR = {low = 2, high = 1}", "not below high"), ("LR = {log = 1}", "expected bool")]:
+        (tmp_path / "gitresearch.toml").write_text(f"[search]\n{bad}\n")
+        with pytest.raises(ConfigError, match=message):
+            load(tmp_path)

@@ -3,7 +3,7 @@
 proposal (the repo stays the only state), and a proposal sets every searched constant to the
 sampler's next suggestion.
 
-    gitresearch loop --policy optuna --sampler tpe      # or cmaes, gp, qmc
+    gitresearch loop --policy optuna --sampler tpe      # or gp
 """
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from ..workers import visible_gpus
 from . import PolicyError, Proposal, State
 from .constants import find_sites, rewrite
 
-SAMPLERS = ("tpe", "cmaes", "gp", "qmc")
+# CMA-ES and QMC keep their state (generation, sequence index) in the study's system
+# attributes, which a study rebuilt from the notes does not have: not offered yet.
+SAMPLERS = ("tpe", "gp")
 SPAN = 10.0  # floats are searched within x/÷ this of the baseline's value
 INT_SPAN = 4  # ints within x/÷ this
 MAX_ASKS = 50  # suggestions tried per proposal before giving up (repeats, no change)
@@ -25,20 +27,34 @@ def _share(odds: float) -> float:
     return odds / (1 + odds)
 
 
-def distribution_for(value):
-    """The default search distribution around a baseline value, or None (left fixed)."""
+def distribution_for(value, override: dict | None = None):
+    """The search distribution of a constant: around its baseline value by default, with a
+    [search] entry's low, high, log and step on top; None: left fixed."""
     import optuna.distributions as d
 
+    override = override or {}
+    if override.get("fixed"):
+        return None
     if isinstance(value, bool):
         return d.CategoricalDistribution([False, True])
-    if isinstance(value, int):
-        return d.IntDistribution(max(1, value // INT_SPAN), value * INT_SPAN, log=True) if value > 0 else None
-    if not math.isfinite(value) or value <= 0:
-        return None  # a zero or a sign has no scale to search around
-    if value < 1:  # a share (momentum, beta, fraction) stays a share
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    default = None
+    if isinstance(value, int) and value > 0:
+        default = (max(1, value // INT_SPAN), value * INT_SPAN, True)
+    elif isinstance(value, float) and 0 < value < 1:  # a share (momentum, beta, fraction) stays a share
         odds = value / (1 - value)
-        return d.FloatDistribution(_share(odds / SPAN), _share(odds * SPAN))
-    return d.FloatDistribution(value / SPAN, value * SPAN, log=True)
+        default = (_share(odds / SPAN), _share(odds * SPAN), False)
+    elif isinstance(value, float) and value > 0:
+        default = (value / SPAN, value * SPAN, True)
+    if not {"low", "high"} <= set(override) and default is None:
+        return None  # a zero or a sign has no scale to search around: give low and high
+    low, high, log = (default or (None, None, False))
+    low, high = override.get("low", low), override.get("high", high)
+    log, step = override.get("log", log and "step" not in override), override.get("step")
+    if isinstance(value, int):
+        return d.IntDistribution(int(low), int(high), log=log, step=int(step or 1))
+    return d.FloatDistribution(float(low), float(high), log=log, step=step)
 
 
 def make_sampler(name: str, seed: int | None):
@@ -46,12 +62,8 @@ def make_sampler(name: str, seed: int | None):
 
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
-    if name == "cmaes":
-        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed)
-    if name == "qmc":
-        return optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
     raise PolicyError(f"unknown sampler {name!r} (available: {', '.join(SAMPLERS)})")
 
 
@@ -67,7 +79,7 @@ def _inside(dist, value) -> bool:
 
 def _round(value, dist):
     """A suggestion as it is written into the file (4 significant digits), kept in bounds."""
-    if isinstance(value, float):
+    if isinstance(value, float) and getattr(dist, "step", None) is None:
         value = min(max(float(f"{value:.4g}"), dist.low), dist.high)
     return value
 
@@ -86,6 +98,7 @@ class OptunaSearch:
         make_sampler(self.sampler, 0)  # an unknown name fails here, not at the first proposal
         self.skip = config.policy.skip_constants
         self.metric = config.metric.name
+        self.overrides = config.search  # [search]: per-constant bounds, log, step, fixed
         self.cuda = bool(visible_gpus()) if cuda is None else cuda
         self.space: dict[str, object] = {}  # "path:constant" -> distribution, from the baseline
 
@@ -96,9 +109,14 @@ class OptunaSearch:
             for path in sorted(paths):
                 source = self.store.read_file(baseline, path)
                 for site in find_sites(source, self.skip, cuda=self.cuda, metric=self.metric):
-                    dist = distribution_for(site.value)
+                    key = f"{path}:{site.name}"
+                    override = self.overrides.get(key, self.overrides.get(site.name))
+                    try:
+                        dist = distribution_for(site.value, override)
+                    except ValueError as err:  # Optuna refuses the combination (log with a step...)
+                        raise PolicyError(f"[search] {key}: {err}") from err
                     if dist is not None:
-                        self.space[f"{path}:{site.name}"] = (dist, site.value)
+                        self.space[key] = (dist, site.value)
         return self.space
 
     def read_params(self, commit: str) -> dict:
@@ -171,7 +189,14 @@ class OptunaSearch:
             diff = "".join(self.store.make_diff(path, source, rewrite(source, changes))
                            for path, (source, changes) in edits.items())
             if not edits or params in invalid or diff_sha(diff) in state.tried_diffs:
-                study.tell(trial, state=TrialState.FAIL)
+                # told as the worst result so far, not as failed: a sampler that models only
+                # completed trials (GP) would suggest the same point again
+                worst = max((t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))),
+                            default=None)
+                if worst is None:
+                    study.tell(trial, state=TrialState.FAIL)
+                else:
+                    study.tell(trial, worst)
                 continue
             described = [f"{c[0].name} {c[0].value!r} -> {c[1]!r}" for _, changes in edits.values() for c in changes]
             description = f"{self.sampler}: " + "; ".join(described[:6]) + (
