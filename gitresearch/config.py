@@ -101,7 +101,7 @@ class EarlyStopConfig:
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    name: str = "random"  # random | optuna | llm | rl
+    name: str = "random"  # random | optuna | agent | llm | rl
     agenda: str = "AGENDA.md"  # research agenda shown to LLM policies (path in the repo)
     history_k: int = 32  # experiments in the history window
     diff_chars: int = 1500  # characters of each history entry's diff shown in the prompt
@@ -111,6 +111,8 @@ class PolicyConfig:
     seed: int | None = None  # random and optuna policies' seed; None: fresh entropy
     skip_constants: tuple[str, ...] = ()  # constants the random and optuna policies leave alone
     sampler: str = "tpe"  # optuna policy: tpe | gp
+    agent_command: str = ""  # agent policy: the coding agent's shell command (docs/policies.md)
+    agent_timeout_s: float = 1800.0  # agent policy: wall seconds one proposal may take
 
 
 @dataclass(frozen=True)

@@ -366,6 +366,30 @@ class Store:
         finally:
             shutil.rmtree(path, ignore_errors=True)
 
+    @contextmanager
+    def scratch_repo(self, commit: str):
+        """A throwaway git repo outside this one holding `commit`'s files as its only commit:
+        where a coding agent edits (it sees no .git of the research repo). Removed after."""
+        path = Path(tempfile.mkdtemp(prefix="gitresearch-scratch-"))
+        path.rmdir()
+        try:
+            self.checkout(commit, path)
+            create_repo(path)
+            commit_all(path, "best")
+            # the diff is taken against this ref, so an agent that commits (aider) loses nothing
+            git("update-ref", "refs/gitresearch/base", "HEAD", cwd=path)
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    @staticmethod
+    def scratch_diff(path: Path, exclude: tuple[str, ...] = ()) -> str:
+        """Every change in a scratch repo since its first commit, committed or not (new and
+        deleted files included), less the `exclude` paths, as `git diff` prints it."""
+        git("add", "-A", cwd=path)
+        return git("diff", "--cached", "refs/gitresearch/base", "--", ".",
+                   *(f":(exclude){p}" for p in exclude), cwd=path)
+
     def checkout(self, commit: str, path: Path, exclude: tuple[str, ...] = ()) -> None:
         """Write `commit`'s files (less the `exclude` paths) into the new folder `path`. No
         .git link, no index, no hooks: the folder is a plain copy a sandbox can be given."""

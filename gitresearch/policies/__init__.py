@@ -1,4 +1,4 @@
-"""Policies (docs/policies.md): random search, Optuna's samplers, an LLM, the RL-tuned LM; the
+"""Policies (docs/policies.md): random search, Optuna's samplers, a coding agent, an LLM, the RL-tuned LM; the
 types are in base.py."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from .base import Attempt, BackendError, InvalidReply, Policy, PolicyError, Prop
 __all__ = ["Attempt", "BackendError", "InvalidReply", "Policy", "PolicyError", "Proposal", "State",
            "POLICIES", "make_policy"]
 
-POLICIES = ("random", "optuna", "llm", "rl")
+POLICIES = ("random", "optuna", "agent", "llm", "rl")
 
 
 def make_policy(name: str, config: Config, store) -> Policy:
@@ -20,6 +20,10 @@ def make_policy(name: str, config: Config, store) -> Policy:
         from .optuna_search import OptunaSearch
 
         return OptunaSearch(config, store)
+    if name == "agent":
+        from .agent import AgentPolicy
+
+        return AgentPolicy(config, store)
     if name == "llm":
         from .llm import LLMPolicy
 
