@@ -82,19 +82,20 @@ def init(directory: Path, template: str | None):
 @click.option("--early-stop/--no-early-stop", default=None, help="self-evaluation on or off")
 @click.option("--seed", type=int, help="random and optuna policies' seed")
 @click.option("--sampler", type=click.Choice(["tpe", "gp"]), help="[policy] sampler of --policy optuna")
+@click.option("--suggest", type=click.Choice(["tpe", "gp"]), help="[policy] suggest: --policy llm sees this sampler's suggestion")
 @click.option("--command", "agent_command", help="[policy] agent_command: the coding agent --policy agent runs")
 @click.option("--workers", type=int, help="experiments at once: one per GPU, or CPU cores split [loop] workers")
 @click.option("--remote", help="a git remote shared with other machines [loop] remote")
 @click.option("--no-sandbox", is_flag=True, default=None,
               help="run train.py without a sandbox, with your file access ([sandbox] mode = \"none\")")
 def loop(policy, backend, model, base_url, budget, max_experiments, max_hours, patience, early_stop, seed,
-         sampler, agent_command, workers, remote, no_sandbox):
+         sampler, suggest, agent_command, workers, remote, no_sandbox):
     """Run experiments until a stop condition; resumes from git state after any stop."""
     root = _repo_root()
     config = _load(root, **{"run.budget_s": budget, "loop.max_experiments": max_experiments,
                             "loop.max_hours": max_hours, "loop.patience": patience,
                             "early_stop.enabled": early_stop, "policy.seed": seed,
-                            "policy.sampler": sampler, "policy.agent_command": agent_command, "policy.name": policy, "llm.backend": backend, "llm.model": model,
+                            "policy.sampler": sampler, "policy.agent_command": agent_command, "policy.suggest": suggest, "policy.name": policy, "llm.backend": backend, "llm.model": model,
                             "llm.base_url": base_url, "loop.workers": workers, "loop.remote": remote,
                             "sandbox.mode": "none" if no_sandbox else None})
     with report.LiveProgress(console, config.metric.name) as live:

@@ -111,6 +111,7 @@ class PolicyConfig:
     seed: int | None = None  # random and optuna policies' seed; None: fresh entropy
     skip_constants: tuple[str, ...] = ()  # constants the random and optuna policies leave alone
     sampler: str = "tpe"  # optuna policy: tpe | gp
+    suggest: str = ""  # llm policy: "" | tpe | gp: show this sampler's suggestion in the prompt
     agent_command: str = ""  # agent policy: the coding agent's shell command (docs/policies.md)
     agent_timeout_s: float = 1800.0  # agent policy: wall seconds one proposal may take
 
@@ -286,6 +287,9 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
         raise ConfigError(f"{path} [metric] direction = {sections['metric'].direction!r}: only "
                           f"\"minimize\" is supported; to maximise a score, have the script (or the "
                           f"evaluator) report its negative, e.g. neg_accuracy")
+    if sections["policy"].suggest not in ("", "tpe", "gp"):
+        raise ConfigError(f"{path} [policy] suggest = {sections['policy'].suggest!r}: expected "
+                          f"\"tpe\", \"gp\" or \"\" (off)")
     if sections["policy"].sampler not in ("tpe", "gp"):
         raise ConfigError(f"{path} [policy] sampler = {sections['policy'].sampler!r}: expected "
                           f"\"tpe\" or \"gp\"")

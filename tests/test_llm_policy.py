@@ -319,3 +319,29 @@ def test_prompt_shows_the_pooled_floor_and_drift(tmp_path):
     assert (f"noise std {level.noise.std:.6f} (from 2 repeated runs; upper bound {level.noise.upper:.6f}); "
             f"a change must beat the best by more than {level.min_delta:.6f}") in text
     assert "the machine changed (a re-run of best drifted: steps/s -40% from best's runs)" in text
+
+
+def test_the_llm_sees_the_optimiser_and_the_note_says_whether_it_followed(tmp_path):
+    from gitresearch.policies.optuna_search import OptunaSearch
+
+    repo = llm_repo(tmp_path, LLM_CONFIG.replace("max_tries = 2\n", 'max_tries = 2\nsuggest = "tpe"\nseed = 3\n'))
+    cli("loop", "--max-experiments", "0", cwd=repo)  # the baseline
+    store, config = Store(repo), load(repo)
+    state, _ = build_state(store, config, store.experiments())
+    # the suggestion the policy will be shown: the same seed and the same notes give the same one
+    params, diff, description, _ = OptunaSearch(config, store).suggest(state)
+    tail = FAKE.splitlines(True)[-3:]
+    comment = "".join(difflib.unified_diff(tail, tail + ["# a comment, no constant changed\n"],
+                                           "a/train.py", "b/train.py"))
+    comment = comment.replace(f"@@ -1,3 +1,4 @@", f"@@ -{len(FAKE.splitlines()) - 2},3 +{len(FAKE.splitlines()) - 2},4 @@")
+    script = [reply(f"Description: take the sampler's suggestion\n```diff\n{diff}```\n"),
+              reply(f"Description: my own idea\n```diff\n{comment}```\n")]
+    with ChatServer(script) as server:
+        cli("loop", "--max-experiments", "2", "--no-early-stop", "--base-url", server.url, cwd=repo,
+            env={"OPENAI_API_KEY": SECRET})
+    shown = server.requests[0]["body"]["messages"][1]["content"]
+    assert "# The optimiser's view" in shown and description in shown and "Top configurations so far" in shown
+    rec = notes(repo)
+    first, second = rec[1]["policy_data"]["suggestion"], rec[2]["policy_data"]["suggestion"]
+    assert first["description"] == description and first["followed"] == "yes" and first["matched"] == first["of"] >= 1
+    assert second["followed"] == "no" and second["matched"] == 0 and rec[2]["status"] != "invalid"

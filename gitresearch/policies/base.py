@@ -32,6 +32,7 @@ class State:
     diagnostics: dict = field(default_factory=dict)
     agenda: str = ""  # the research agenda's text
     attempts: tuple[Attempt, ...] = ()  # failed tries of this proposal, oldest first
+    optimiser: str = ""  # an optimiser's suggestion and top configurations (llm --suggest)
 
     def retry(self, attempt: Attempt) -> "State":
         return replace(self, attempts=self.attempts + (attempt,))

@@ -168,7 +168,9 @@ class OptunaSearch:
                     invalid.append(params)
         return study, invalid
 
-    def propose(self, state: State) -> Proposal:
+    def suggest(self, state: State):
+        """(params, diff, description, study): the sampler's next suggestion as an edit of
+        best, and the study it came from."""
         from optuna.trial import TrialState
 
         study, invalid = self.study(state.files)
@@ -201,8 +203,25 @@ class OptunaSearch:
             described = [f"{c[0].name} {c[0].value!r} -> {c[1]!r}" for _, changes in edits.values() for c in changes]
             description = f"{self.sampler}: " + "; ".join(described[:6]) + (
                 f"; +{len(described) - 6} more" if len(described) > 6 else "")
-            return Proposal(diff, description, {"sampler": self.sampler, "params": params})
+            return params, diff, description, study
         raise PolicyError(f"{self.sampler}: no new suggestion in {MAX_ASKS} asks")
+
+    def propose(self, state: State) -> Proposal:
+        params, diff, description, _ = self.suggest(state)
+        return Proposal(diff, description, {"sampler": self.sampler, "params": params})
+
+    def top(self, study, k: int = 5) -> list[tuple[float, dict]]:
+        """The k best completed configurations so far, (value, params), best first."""
+        from optuna.trial import TrialState
+
+        done = sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.value)
+        return [(t.value, t.params) for t in done[:k]]
+
+    def values_in(self, files: dict[str, str]) -> dict:
+        """The searched constants' values in these files ("path:NAME" keys)."""
+        return {f"{path}:{site.name}": site.value for path, source in files.items()
+                for site in find_sites(source, self.skip, cuda=self.cuda, metric=self.metric)
+                if f"{path}:{site.name}" in self.space}
 
     def observe(self, record: dict) -> None:
         """Nothing to keep: the next proposal rebuilds the study from the notes."""

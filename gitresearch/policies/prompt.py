@@ -94,7 +94,9 @@ def build_prompt(state: State, count_tokens: Callable[[str], int], context_token
     head = [f"# Research agenda\n{state.agenda.strip() or '(none given)'}",
             f"# The current best ({state.best_commit[:12]})\n{render_code(state.files)}",
             f"# How the best got here (best chain, oldest first)\n{render_best_chain(state.best_chain, state.config.metric.name)}"]
-    tail = [f"# Diagnostics\n{render_diagnostics(state)}",
+    tail = [f"# Diagnostics\n{render_diagnostics(state)}"] + (
+        [f"# The optimiser's view (follow it, change it or override it)\n{state.optimiser}"]
+        if state.optimiser else []) + [
             "# Your task\nPropose the next experiment: one change to the current best, different "
             "from everything in the history. Reply with the Description line and one ```diff block."]
     retries = []
