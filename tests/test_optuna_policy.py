@@ -146,3 +146,39 @@ def test_the_search_table_sets_bounds_log_step_and_fixed(tmp_path):
         (tmp_path / "gitresearch.toml").write_text(f"[search]\n{bad}\n")
         with pytest.raises(ConfigError, match=message):
             load(tmp_path)
+
+
+def test_kill_9_mid_experiment_then_resume_the_study_is_what_git_holds(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from gitresearch.config import load
+    from gitresearch.gitstore import Store
+    from helpers import sh
+
+    repo = make_repo(tmp_path / "repo", config="[search]\nSTEP_S = {fixed = true}\n")
+    (repo / "train.py").write_text((repo / "train.py").read_text().replace("STEP_S = 0.0", "STEP_S = 0.1"))
+    sh("git", "commit", "-qam", "slow steps", cwd=repo)
+    cli("init", cwd=repo)
+    args = ["loop", "--policy", "optuna", "--seed", "2", "--max-experiments", "3", "--no-early-stop"]
+    proc = subprocess.Popen([sys.executable, "-m", "gitresearch", *args], cwd=repo,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = Store(repo).state_dir / "runs" / "000002" / "log.txt"
+    deadline = time.monotonic() + 120
+    while not log.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)  # inside experiment 2: its proposal's data was in memory only
+    proc.wait()
+    cli(*args, cwd=repo)
+    store = Store(repo)
+    policy = OptunaSearch(load(repo), store, cuda=False)
+    study, _ = policy.study(["train.py"])
+    experiments = [e for e in reversed(store.experiments()) if e.number > 0]
+    assert len(experiments) == 3 and all(e.record for e in experiments)
+    trials = study.get_trials(deepcopy=False)[1:]
+    # every trial is what git holds: the values in the experiment's train.py, its note's result
+    assert [t.params for t in trials] == [policy.read_params(e.commit) for e in experiments]
+    assert [t.value for t in trials] == [e.record.get("val_bpb") for e in experiments]

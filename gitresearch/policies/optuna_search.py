@@ -121,16 +121,14 @@ class OptunaSearch:
 
     def read_params(self, commit: str) -> dict:
         """The searched constants' values in an experiment's files: how an experiment still
-        training (no note yet) or made by another policy enters the study."""
-        params = {}
+        training (no note yet), rerun after a kill or made by another policy enters the study."""
+        files = {}
         for path in sorted({key.split(":", 1)[0] for key in self.space}):
             try:
-                source = self.store.read_file(commit, path)
+                files[path] = self.store.read_file(commit, path)
             except GitError:  # the file is not in that tree
                 continue
-            for site in find_sites(source, self.skip, cuda=self.cuda, metric=self.metric):
-                params[f"{path}:{site.name}"] = site.value
-        return params
+        return self.values_in(files)
 
     def study(self, paths):
         """The study as the notes tell it: every experiment with parameters, in order."""
