@@ -145,8 +145,9 @@ def replay(runs: list[Run], method: str, settings: earlystop.Settings, noise: fl
         would_beat = run.final is not None and best is not None and run.final < best
         beaters += would_beat
         if stop_at is not None:
-            seen = run.seen_until(stop_at)
-            race.add_stopped([p["t"] for p in seen], [p["val_bpb"] for p in seen])
+            if method == "race":  # the race's median counts stopped runs up to their stop
+                seen = run.seen_until(stop_at)
+                race.add_stopped([p["t"] for p in seen], [p["val_bpb"] for p in seen])
             stops.append(stop_at / run.budget)
             stopped_ids.add(run.id)
             false_stops += would_beat

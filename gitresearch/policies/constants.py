@@ -76,12 +76,17 @@ def evaluate(node: ast.AST, known: dict, cuda: bool):
     return UNKNOWN
 
 
+def _live_branches(node, known: dict, cuda: bool) -> list:
+    """The branches of an `if` (statement or expression) this machine can take: the one its
+    condition picks when known here, both when not."""
+    test = evaluate(node.test, known, cuda)
+    return [node.body, node.orelse] if test is UNKNOWN else [node.body if test else node.orelse]
+
+
 def _live_literals(node: ast.AST, known: dict, cuda: bool):
     """The number and bool literals of an expression, dead branches and conditions left out."""
     if isinstance(node, ast.IfExp):
-        test = evaluate(node.test, known, cuda)
-        branches = [node.body, node.orelse] if test is UNKNOWN else [node.body if test else node.orelse]
-        for branch in branches:
+        for branch in _live_branches(node, known, cuda):
             yield from _live_literals(branch, known, cuda)
         return
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
@@ -95,9 +100,7 @@ def _live_statements(body, known: dict, cuda: bool):
     """Module-level statements on the path this machine takes, `known` updated as it goes."""
     for node in body:
         if isinstance(node, ast.If):
-            test = evaluate(node.test, known, cuda)
-            branches = [node.body, node.orelse] if test is UNKNOWN else [node.body if test else node.orelse]
-            for branch in branches:
+            for branch in _live_branches(node, known, cuda):
                 yield from _live_statements(branch, known, cuda)
             continue
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:

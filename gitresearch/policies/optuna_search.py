@@ -175,17 +175,17 @@ class OptunaSearch:
         space = self.space
         if not space:
             raise PolicyError("no live constant to search in the editable files")
+        # the sites of best's files, found once: every ask below edits the same sources
+        sites = {f"{path}:{site.name}": (path, site) for path, source in state.files.items()
+                 for site in find_sites(source, self.skip, cuda=self.cuda, metric=self.metric)}
         for _ in range(MAX_ASKS):
             trial = study.ask({key: dist for key, (dist, _) in space.items()})
             params = {key: _round(trial.params[key], space[key][0]) for key in space}
             edits = {}
-            for path, source in sorted(state.files.items()):
-                sites = {s.name: s for s in find_sites(source, self.skip, cuda=self.cuda, metric=self.metric)}
-                changes = [(sites[key.split(":", 1)[1]], value) for key, value in params.items()
-                           if key.split(":", 1)[0] == path and key.split(":", 1)[1] in sites
-                           and sites[key.split(":", 1)[1]].value != value]
-                if changes:
-                    edits[path] = (source, changes)
+            for key, value in params.items():
+                if key in sites and sites[key][1].value != value:
+                    path, site = sites[key]
+                    edits.setdefault(path, (state.files[path], []))[1].append((site, value))
             diff = "".join(self.store.make_diff(path, source, rewrite(source, changes))
                            for path, (source, changes) in edits.items())
             if not edits or params in invalid or diff_sha(diff) in state.tried_diffs:
