@@ -81,7 +81,7 @@ def init(directory: Path, template: str | None):
 @click.option("--patience", type=int, help="stop after this many experiments without a keep")
 @click.option("--early-stop/--no-early-stop", default=None, help="self-evaluation on or off")
 @click.option("--seed", type=int, help="random and optuna policies' seed")
-@click.option("--sampler", type=click.Choice(["tpe", "gp"]), help="[policy] sampler of --policy optuna")
+@click.option("--sampler", type=click.Choice(["tpe", "gp", "cmaes", "qmc"]), help="[policy] sampler of --policy optuna")
 @click.option("--suggest", type=click.Choice(["tpe", "gp"]), help="[policy] suggest: --policy llm sees this sampler's suggestion")
 @click.option("--command", "agent_command", help="[policy] agent_command: the coding agent --policy agent runs")
 @click.option("--workers", type=int, help="experiments at once: one per GPU, or CPU cores split [loop] workers")

@@ -110,7 +110,7 @@ class PolicyConfig:
     system_prompt: str = ""  # file with a system prompt replacing the built-in one
     seed: int | None = None  # random and optuna policies' seed; None: fresh entropy
     skip_constants: tuple[str, ...] = ()  # constants the random and optuna policies leave alone
-    sampler: str = "tpe"  # optuna policy: tpe | gp
+    sampler: str = "tpe"  # optuna policy: tpe | gp | cmaes | qmc
     suggest: str = ""  # llm policy: "" | tpe | gp: show this sampler's suggestion in the prompt
     agent_command: str = ""  # agent policy: the coding agent's shell command (docs/policies.md)
     agent_timeout_s: float = 1800.0  # agent policy: wall seconds one proposal may take
@@ -290,9 +290,9 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
     if sections["policy"].suggest not in ("", "tpe", "gp"):
         raise ConfigError(f"{path} [policy] suggest = {sections['policy'].suggest!r}: expected "
                           f"\"tpe\", \"gp\" or \"\" (off)")
-    if sections["policy"].sampler not in ("tpe", "gp"):
+    if sections["policy"].sampler not in ("tpe", "gp", "cmaes", "qmc"):
         raise ConfigError(f"{path} [policy] sampler = {sections['policy'].sampler!r}: expected "
-                          f"\"tpe\" or \"gp\"")
+                          f"\"tpe\", \"gp\", \"cmaes\" or \"qmc\"")
     if sections["early_stop"].rule not in ("race", "forecast"):
         raise ConfigError(f"{path} [early_stop] rule = {sections['early_stop'].rule!r}: expected "
                           f"\"race\" or \"forecast\"")

@@ -329,7 +329,7 @@ def test_the_llm_sees_the_optimiser_and_the_note_says_whether_it_followed(tmp_pa
     store, config = Store(repo), load(repo)
     state, _ = build_state(store, config, store.experiments())
     # the suggestion the policy will be shown: the same seed and the same notes give the same one
-    params, diff, description, _ = OptunaSearch(config, store).suggest(state)
+    params, diff, description, _, _ = OptunaSearch(config, store).suggest(state)
     tail = FAKE.splitlines(True)[-3:]
     comment = "".join(difflib.unified_diff(tail, tail + ["# a comment, no constant changed\n"],
                                            "a/train.py", "b/train.py"))

@@ -44,7 +44,7 @@ class LLMPolicy:
             from .optuna_search import OptunaSearch
 
             self.optimiser = OptunaSearch(self.config, self.store, sampler=self.config.policy.suggest)
-        params, diff, description, study = self.optimiser.suggest(state)
+        params, diff, description, study, _ = self.optimiser.suggest(state)
         current = self.optimiser.values_in(state.files)
         changed = {k: v for k, v in params.items() if current.get(k) != v}
         top = "\n".join(f"- {self.config.metric.name} {value:.6f}: " + ", ".join(
