@@ -125,7 +125,15 @@ def sample_configs(n: int, seed: int) -> list[dict]:
     return configs[:n]
 
 
-def run_config(run_id: str, config: dict, args, threads: int) -> dict:
+def prepare(cache: str) -> None:
+    """The bundled target's data cache (tokenised train and validation splits)."""
+    subprocess.run([sys.executable, "prepare.py"], cwd=TARGET, check=True, stdout=subprocess.DEVNULL,
+                   env=dict(os.environ, NANOCHAT_CACHE_DIR=cache))
+
+
+def run_config(run_id: str, config: dict, args, threads: int, edit=None) -> dict:
+    """One run of `config`; `edit(source) -> source` rewrites train.py instead of setting
+    each constant of `config` by name."""
     with tempfile.TemporaryDirectory(prefix="gitresearch-curve-") as tmp:
         if args.target == "nanochat":
             work = Path(tmp) / "target"
@@ -136,8 +144,9 @@ def run_config(run_id: str, config: dict, args, threads: int) -> dict:
             train = work / "train.py"
             shutil.copy(CHARLM, train)
         source = train.read_text()
-        for name, value in {**args.fixed, **config}.items():
+        for name, value in ({} if edit else {**args.fixed, **config}).items():
             source = set_constant(source, name, repr(value).replace("{}", "{{}}"))
+        source = edit(source) if edit else source
         train.write_text(source)
         metrics = Path(tmp) / "metrics.jsonl"
         env = dict(os.environ, GITRESEARCH_BUDGET_S=str(args.budget), GITRESEARCH_METRICS=str(metrics),
@@ -185,8 +194,7 @@ def main() -> int:
             args.fixed[name] = value
     prefix = args.prefix or ("nanochat-cpu" if args.target == "nanochat" else "charlm")
     if args.target == "nanochat":
-        subprocess.run([sys.executable, "prepare.py"], cwd=TARGET, check=True, stdout=subprocess.DEVNULL,
-                       env=dict(os.environ, NANOCHAT_CACHE_DIR=args.cache))
+        prepare(args.cache)
     out = Path(args.out)
     done = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -63,7 +63,7 @@ def main():
 
 @main.command()
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--template", type=click.Choice(["nanochat"]), help="copy a bundled target first")
+@click.option("--template", type=click.Choice(["nanochat", "gym"]), help="copy a bundled target first")
 def init(directory: Path, template: str | None):
     """Make DIRECTORY a research repo: config, hook, notes display, and `best` at HEAD."""
     for line in init_repo(directory, template):
@@ -250,6 +250,35 @@ def bench_early_stop(curves, interval, min_fraction, beta, alpha, noise, methods
             click.echo(json.dumps(row))
     else:
         report.print_bench(rows, Console())
+
+
+@bench_group.command("research")
+@click.option("--target", type=click.Choice(["gym"]), default="gym", show_default=True,
+              help="the template each loop starts from")
+@click.option("--policies", default="random,optuna-tpe", show_default=True,
+              help="comma-separated: random, optuna-tpe|gp|cmaes|qmc, or another --policy name")
+@click.option("--experiments", type=int, default=200, show_default=True, help="per loop, the baseline included")
+@click.option("--seeds", type=int, default=5, show_default=True)
+@click.option("--parallel", type=int, default=2, show_default=True, help="loops at a time")
+@click.option("--json", "as_json", is_flag=True, help="the whole result as JSON on stdout")
+@click.option("--results", type=click.Path(dir_okay=False, path_type=Path), help="write the result as JSON here")
+@click.option("-o", "output", type=click.Path(dir_okay=False, path_type=Path), help="plot (PNG) here")
+def bench_research_cmd(target, policies, experiments, seeds, parallel, as_json, results, output):
+    """Full loops per policy and seed on the research gym: best so far against experiments and
+    compute, experiments to reach random search's final best, area under the curve."""
+    from . import research_bench
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    result = research_bench.bench_research(names, experiments, seeds, parallel, target,
+                                           progress=None if as_json else click.echo)
+    if results:
+        research_bench.write_json(result, results)
+    if output:
+        research_bench.plot(result, output)
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        report.print_research(result, Console())
 
 
 if __name__ == "__main__":

@@ -148,6 +148,8 @@ class RLConfig:
     replay_size: int = 32  # the newest episodes an update learns from
     max_staleness: int = 2  # drop episodes generated more than this many versions ago
     seed: int | None = None  # sampling seed; None: fresh entropy
+    logit_chunk: int = 64  # reply positions per chunk of the log-softmax and entropy
+    gradient_checkpointing: bool = True  # recompute the model's activations in the backward pass
 
 
 @dataclass(frozen=True)

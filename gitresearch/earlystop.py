@@ -168,6 +168,7 @@ class Monitor:
     comment: str = ""
     accepted: bool = False
     race: Race | None = None  # shared by the monitors of one history (made here when not given)
+    judged: int = 0  # points already judged
 
     @property
     def threshold(self) -> float | None:
@@ -183,10 +184,18 @@ class Monitor:
         return max(floor, sd * math.sqrt(2 * log_a))
 
     def update(self, points: list[dict]) -> str | None:
+        """The stop reason after the run's points so far (all of them, each call), or None.
+        Each new point is judged as if it had been read alone, in order: a run that reports
+        several points between two polls is stopped at the first check that stops it."""
         series = [(float(p["t"]), float(p[self.metric])) for p in points
                   if isinstance(p.get("t"), (int, float)) and isinstance(p.get(self.metric), (int, float))]
-        if not series:
-            return None
+        start, self.judged = min(self.judged, len(series)), len(series)
+        for end in range(start + 1, len(series) + 1):
+            if why := self._judge(series[:end]):
+                return why
+        return None
+
+    def _judge(self, series: list[tuple[float, float]]) -> str | None:
         times, values = [s[0] for s in series], [s[1] for s in series]
         last_t, last_v = times[-1], values[-1]
         if not math.isfinite(last_v) or last_v > DIVERGE_FACTOR * values[0]:

@@ -10,7 +10,7 @@ from .errors import GitresearchError
 from .gitstore import NOTES_REF, VERIFY_REF, Store, commit_all, create_repo
 from .resources import resource
 
-TEMPLATES = ("nanochat",)
+TEMPLATES = ("nanochat", "gym")
 HOOK_MARK = "gitresearch pre-commit hook"
 DEFAULT_CONFIG = """\
 # gitresearch settings; every value has a default, command-line flags override these.

@@ -242,3 +242,19 @@ def print_bench(rows: list[dict], console: Console) -> None:
                     cells.append(_fmt(value, ".3f") if isinstance(value, float) else str(value if key in r else "-"))
             table.add_row(key, *cells)
         console.print(table)
+
+
+def print_research(result: dict, console: Console) -> None:
+    """`bench research`: one row per policy."""
+    table = Table(title=f"bench research on the {result['target']}: {result['experiments']} experiments x "
+                        f"{result['seeds']} seeds (medians over seeds)")
+    for column in ("policy", "final best", "IQR", "experiments to random's final", "area under best",
+                   "early-stopped", "compute (sim. min)"):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for policy, s in result["policies"].items():
+        needed = s["experiments_to_random_final"]
+        table.add_row(policy, f"{s['final_best']['median']:.4f}",
+                      f"{s['final_best']['q1']:.4f}-{s['final_best']['q3']:.4f}",
+                      "not reached" if needed is None else f"{needed:g}", f"{s['area_under_best']:.4f}",
+                      f"{s['early_stopped_share']:.0%}", f"{s['compute_s'] / 60:.0f}")
+    console.print(table)

@@ -4,11 +4,11 @@ there); in a source checkout they are the repo's top-level folders."""
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
-SOURCE = {"nanochat": "target_repo", "hooks": "hooks", "policy": "policy"}  # name -> folder in a checkout
+SOURCE = {"nanochat": "target_repo", "gym": "gym_repo", "hooks": "hooks", "policy": "policy"}  # name -> folder in a checkout
 
 
 def resource(name: str) -> Path:
-    """The folder holding the shipped files called `name` (nanochat, hooks, policy)."""
+    """The folder holding the shipped files called `name` (nanochat, gym, hooks, policy)."""
     packaged = PACKAGE / "data" / name
     if packaged.is_dir():
         return packaged

@@ -244,3 +244,26 @@ def test_the_config_section_sets_every_rule_setting_with_the_same_defaults():
     for f in fields(EarlyStopConfig):
         if f.name != "enabled":
             assert settings[f.name] == f.default, f.name
+
+
+def test_points_read_in_a_burst_are_judged_one_by_one_as_if_read_alone():
+    """The runner polls; a fast run (the gym) reports several points between two polls. The
+    stop lands at the first check that stops, with every check before it made, exactly as
+    when each point is read alone."""
+    field = history(params=SIMILAR_RUNS)
+    loser = curve(1.0, 0.5, 2.3, end_drop=0.03)
+    alone = Monitor(budget=100.0, best=1.9, noise=0.0, calibration=field, settings=RACE)
+    reason_alone, at_alone = replay(loser, alone)
+    burst = Monitor(budget=100.0, best=1.9, noise=0.0, calibration=field, settings=RACE)
+    reason = burst.update(loser[:3]) or burst.update(loser)  # 3 points, then all at once
+    assert reason == reason_alone and at_alone < 100.0
+    assert [vars(c) for c in burst.checks] == [vars(c) for c in alone.checks]
+    slow_starter = Monitor(budget=100.0, best=2.0, noise=0.005, calibration=history())
+    assert slow_starter.update(curve(1.0, 0.5, 2.0)) is None  # judged point by point, to the end
+    assert [c.t for c in slow_starter.checks] == [c.t for c in replay_checks(curve(1.0, 0.5, 2.0))]
+
+
+def replay_checks(points):
+    monitor = Monitor(budget=100.0, best=2.0, noise=0.005, calibration=history())
+    replay(points, monitor)
+    return monitor.checks

@@ -2,6 +2,7 @@
 a loop end to end and resumed from git alone."""
 import difflib
 import math
+from dataclasses import replace
 
 import pytest
 from optuna.trial import TrialState
@@ -130,10 +131,12 @@ def objective_2(source: str) -> float:
             + math.log((1 - v["MOMENTUM"]) / 0.1) ** 2 / 3)
 
 
-def best_after(policy_name: str, seed: int, experiments: int, source=SOURCE, target=objective) -> float:
+def best_after(policy_name: str, seed: int, experiments: int, source=SOURCE, target=objective,
+               config: Config | None = None) -> float:
     """The best value a policy reaches on a deterministic target in N experiments (the loop
     keeps strict improvements); the baseline's value counts."""
-    store, config = NotesStore(source, target=target), Config(policy=PolicyConfig(seed=seed))
+    config = config or Config()
+    store, config = NotesStore(source, target=target), replace(config, policy=replace(config.policy, seed=seed))
     policy = (RandomSearch(config, store, cuda=False) if policy_name == "random"
               else OptunaSearch(config, store, sampler=policy_name, cuda=False))
     return min([target(source)] + [store.run(policy, config) for _ in range(experiments)])

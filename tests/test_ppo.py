@@ -117,3 +117,104 @@ def test_saved_state_is_loaded_without_unpickling_code(model, tmp_path, monkeypa
     with pytest.raises(Exception, match="Weights only load failed"):
         learner(model, state_dir=tmp_path / "rl")
     assert not (tmp_path / "pwned").exists()
+
+
+def full_scoring(ppo, episodes):
+    """The reference: full-vocabulary logits over every position, then the replies' slice."""
+    seqs = [e.prompt_ids + e.response_ids for e in episodes]
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), ppo.pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s):], mask[i, width - len(s):] = torch.tensor(s), 1
+    out = ppo.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                    output_hidden_states=True)
+    logp_all = torch.log_softmax(out.logits[:, :-1].float() / ppo.temperature, dim=-1)
+    token = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    values = ppo.value_head(out.hidden_states[-1][:, :-1].float()).squeeze(-1)
+    n = [len(e.response_ids) for e in episodes]
+    return ([token[i, -k:] for i, k in enumerate(n)], [values[i, -k:] for i, k in enumerate(n)],
+            [entropy[i, -k:] for i, k in enumerate(n)])
+
+
+def test_reply_only_scoring_equals_full_scoring(model):
+    ppo = learner(model, logit_chunk=3)  # chunks smaller than a reply: the seams are exercised
+    torch.nn.init.normal_(ppo.value_head.weight)  # values that are not all zero
+    episodes = [ppo.generate(MESSAGES[:1], seed=2)[1], ppo.generate(MESSAGES, seed=3)[1]]
+    assert len({len(e.prompt_ids) for e in episodes}) == 2  # left padding in play
+    with torch.no_grad():
+        fast, full = ppo.score(episodes), full_scoring(ppo, episodes)
+    for got, want in zip(fast, full):
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and torch.allclose(g, w, atol=1e-5)
+    # the gradients agree as well (the chunks are recomputed in the backward pass)
+    grads = []
+    for scorer in (ppo.score, lambda eps: full_scoring(ppo, eps)):
+        ppo.model.zero_grad()
+        logps, vals, ents = scorer(episodes)
+        (sum(l.sum() for l in logps) + sum(e.sum() for e in ents)).backward()
+        grads.append([p.grad.clone() for p in ppo.model.parameters() if p.requires_grad])
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(*grads))
+
+
+def test_out_of_memory_halves_the_micro_batch_then_skips_with_a_reason(model, tmp_path):
+    ppo = learner(model, tmp_path / "state", minibatch_size=4, ppo_epochs=1)
+    for seed in range(4):
+        _, episode = ppo.generate(MESSAGES, seed=seed)
+        ppo.add(episode, 1.0 if seed % 2 else -1.0)
+    real_score, calls = ppo.score, []
+
+    def score_with_little_memory(episodes):  # as a GPU would: more than one episode does not fit
+        calls.append(len(episodes))
+        if len(episodes) > 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
+        return real_score(episodes)
+
+    ppo.score = score_with_little_memory
+    stats = ppo.update()
+    assert calls[:3] == [4, 2, 1] and stats["micro_batch"] == 1 and stats["version"] == 1
+    assert "skipped" not in stats and ppo.version == 1
+
+    def no_memory(episodes):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
+
+    ppo.score = no_memory
+    before = [p.detach().clone() for p in ppo.model.parameters() if p.requires_grad]
+    stats = ppo.update()
+    assert stats["skipped"].startswith("out of memory at a micro-batch of one episode: CUDA out of memory")
+    assert ppo.version == 1 and ppo.updates == 1  # no update happened, none is counted
+    after = [p.detach() for p in ppo.model.parameters() if p.requires_grad]
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    saved = PPOLearner(model, ppo.rl, ppo.llm, tmp_path / "state")  # the state on disk is whole
+    assert len(saved.episodes) == 4 and saved.version == 1
+
+
+def test_the_sampled_distribution_is_the_scored_one_despite_the_models_generation_config(tmp_path):
+    """A model whose generation_config.json sets a repetition penalty, top-k and top-p (as an
+    instruct model's does): the log-probs of the tokens actually drawn, from generate's own
+    processed scores, equal the stored behaviour log-probs and a re-scoring at version 0."""
+    import transformers
+
+    path = tiny_model(tmp_path / "model", positions=256)
+    transformers.GenerationConfig(repetition_penalty=1.8, top_k=5, top_p=0.5, temperature=0.3,
+                                  do_sample=True).save_pretrained(path)
+    ppo = learner(str(path))
+    assert ppo.model.generation_config.repetition_penalty == 1.8  # the model's own config is there
+    prompt_ids = ppo.tokenizer(ppo.render(MESSAGES), add_special_tokens=False)["input_ids"]
+    torch.manual_seed(7)
+    inputs = torch.tensor([prompt_ids])
+    with torch.no_grad():
+        out = ppo.model.generate(input_ids=inputs, attention_mask=torch.ones_like(inputs),
+                                 generation_config=ppo.sampling_config(), return_dict_in_generate=True,
+                                 output_scores=True)
+    drawn = out.sequences[0, len(prompt_ids):]
+    sampled = torch.stack([torch.log_softmax(s[0].float(), -1)[t] for s, t in zip(out.scores, drawn)])
+    torch.manual_seed(7)
+    _, episode = ppo.generate(MESSAGES)
+    assert episode.response_ids == drawn.tolist()[:len(episode.response_ids)]
+    n = len(episode.response_ids)
+    assert torch.allclose(sampled[:n], torch.tensor(episode.logprobs), atol=1e-5)
+    with torch.no_grad():
+        rescored = ppo.score([episode])[0][0]
+    assert ppo.version == 0 and torch.allclose(rescored, torch.tensor(episode.logprobs), atol=1e-6)

@@ -33,6 +33,34 @@ def zero_dropout(config) -> None:
             setattr(config, name, 0.0)
 
 
+def _logp_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float):
+    x = logits.float() / temperature
+    lse = torch.logsumexp(x, dim=-1)
+    token = x.gather(-1, targets[..., None]).squeeze(-1) - lse
+    entropy = lse - (torch.softmax(x, dim=-1) * x).sum(-1)
+    return token, entropy
+
+
+def reply_logp_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float, chunk: int):
+    """Log-probs of `targets` and entropies under `logits` / temperature, `chunk` positions at
+    a time; with gradients, each chunk's float copy and softmax are recomputed in the backward
+    pass instead of kept (checkpointed)."""
+    from torch.utils.checkpoint import checkpoint
+
+    tokens, entropies = [], []
+    for start in range(0, logits.shape[1], max(1, chunk)):
+        part = (logits[:, start:start + chunk], targets[:, start:start + chunk], temperature)
+        token, entropy = (checkpoint(_logp_entropy, *part, use_reentrant=False)
+                          if torch.is_grad_enabled() and logits.requires_grad else _logp_entropy(*part))
+        tokens.append(token)
+        entropies.append(entropy)
+    return torch.cat(tokens, dim=1), torch.cat(entropies, dim=1)
+
+
+class OutOfMemory(RuntimeError):
+    """An update that ran out of memory even one episode at a time."""
+
+
 class PPOLearner:
     def __init__(self, model: str, rl: RLConfig, llm: LLMConfig, state_dir: Path | None = None):
         import peft
@@ -53,6 +81,11 @@ class PPOLearner:
                      for name, module in base.named_modules())
         lora = peft.LoraConfig(r=rl.lora_r, lora_alpha=rl.lora_alpha, lora_dropout=0.0,
                                target_modules=targets, fan_in_fan_out=conv1d, task_type="CAUSAL_LM")
+        if rl.gradient_checkpointing and getattr(base, "supports_gradient_checkpointing", False):
+            if hasattr(base, "activation_checkpointing_enable"):  # transformers 5.x's name
+                base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model = peft.get_peft_model(base, lora).to(self.device)
         self.model.eval()  # no dropout; gradients still flow
         hidden = self.model.config.hidden_size if hasattr(self.model.config, "hidden_size") else self.model.config.n_embd
@@ -62,6 +95,8 @@ class PPOLearner:
         params = [p for p in self.model.parameters() if p.requires_grad] + list(self.value_head.parameters())
         self.optimizer = torch.optim.AdamW(params, lr=rl.learning_rate)
         self.version, self.experiments, self.updates = 0, 0, 0
+        self.micro_batch = 0  # episodes per forward pass in an update (0: the minibatch); halved on OOM
+        self.scored = 0
         self.episodes: list[Episode] = []
         positions = getattr(self.model.config, "max_position_embeddings", None) or getattr(self.model.config, "n_positions", None)
         self.context_tokens = min(llm.context_tokens, positions) if positions else llm.context_tokens
@@ -87,11 +122,9 @@ class PPOLearner:
         if seed is not None:
             torch.manual_seed(seed)
         inputs = torch.tensor([prompt_ids], device=self.device)
-        with torch.no_grad():  # sample from exactly the distribution `score` evaluates: no top-k/p
+        with torch.no_grad():  # sample from exactly the distribution `score` evaluates
             out = self.model.generate(input_ids=inputs, attention_mask=torch.ones_like(inputs),
-                                      do_sample=True, max_new_tokens=self.llm.max_tokens,
-                                      temperature=self.temperature, top_k=0, top_p=1.0,
-                                      pad_token_id=self.pad)
+                                      generation_config=self.sampling_config())
         response = out[0, len(prompt_ids):].tolist()
         if self.eos is not None and self.eos in response:  # cut at the first EOS, not at the pad id
             response = response[:response.index(self.eos) + 1]
@@ -106,11 +139,27 @@ class PPOLearner:
         text = self.tokenizer.decode([t for t in response if t != self.eos], skip_special_tokens=True)
         return text, episode
 
+    def sampling_config(self):
+        """The whole generation config, explicit: plain sampling at the policy's temperature.
+        A model's own generation_config.json (an instruct model's repetition penalty, top-k,
+        top-p, ...) would otherwise reshape the distribution that is sampled, and the stored
+        behaviour log-probs, which `score` computes without any of it, would be wrong."""
+        from transformers import GenerationConfig
+
+        return GenerationConfig(do_sample=True, max_new_tokens=self.llm.max_tokens, temperature=self.temperature,
+                                top_k=0, top_p=1.0, min_p=None, typical_p=1.0, repetition_penalty=1.0,
+                                no_repeat_ngram_size=0, bad_words_ids=None, suppress_tokens=None,
+                                begin_suppress_tokens=None, forced_bos_token_id=None, forced_eos_token_id=None,
+                                min_new_tokens=0, pad_token_id=self.pad, eos_token_id=self.eos)
+
     # -- scoring ------------------------------------------------------------------------------
 
     def score(self, episodes: list[Episode]):
         """Per response token: log-prob, value and entropy, each a list of tensors (one per
-        episode), from one left-padded forward pass."""
+        episode), from one left-padded forward pass. The LM head runs on the replies' slice
+        only (`logits_to_keep`), and the log-softmax and entropy run over it in chunks that
+        are recomputed in the backward pass, so no full-vocabulary tensor of the prompt is
+        ever made or kept (a 152K vocabulary over a 14K-token prompt would be gigabytes)."""
         seqs = [e.prompt_ids + e.response_ids for e in episodes]
         width = max(len(s) for s in seqs)
         ids = torch.full((len(seqs), width), self.pad, dtype=torch.long, device=self.device)
@@ -119,15 +168,23 @@ class PPOLearner:
             ids[i, width - len(s):] = torch.tensor(s, device=self.device)
             mask[i, width - len(s):] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: count real tokens only
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, output_hidden_states=True)
-        logits = out.logits[:, :-1].float() / self.temperature
-        logp_all = F.log_softmax(logits, dim=-1)
-        token_logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-        values = self.value_head(out.hidden_states[-1][:, :-1].float()).squeeze(-1)
+        longest = max(len(e.response_ids) for e in episodes)
+        captured = {}  # the LM head's input: the last hidden states of the kept positions
+        hook = self.model.get_output_embeddings().register_forward_hook(
+            lambda module, args, output: captured.__setitem__("hidden", args[0]))
+        try:
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                             logits_to_keep=longest + 1, use_cache=False)
+        finally:
+            hook.remove()
+        # the kept positions end at the last token; each one predicts the token after it
+        logits, hidden = out.logits[:, :-1], captured["hidden"][:, :-1]
+        token_logp, entropy = reply_logp_entropy(logits, ids[:, width - longest:], self.temperature,
+                                                 self.rl.logit_chunk)
+        values = self.value_head(hidden.float()).squeeze(-1)
         logps, vals, ents = [], [], []
         for i, e in enumerate(episodes):
-            n = len(e.response_ids)  # the last n targets of row i are the response tokens
+            n = len(e.response_ids)  # the last n of row i are the response tokens
             logps.append(token_logp[i, -n:])
             vals.append(values[i, -n:])
             ents.append(entropy[i, -n:])
@@ -170,49 +227,83 @@ class PPOLearner:
         scale = flat.std() if flat.numel() > 1 else torch.tensor(1.0)
         scale = scale if torch.isfinite(scale) and scale > 1e-8 else torch.tensor(1.0)
         gae = [((adv - shift) / scale, ret) for adv, ret in gae]
+        self.scored = 0
         stats = {"episodes": len(batch), "mean_reward": sum(e.reward for e in batch) / len(batch)}
         totals = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "kl": 0.0,
                   "ratio": 0.0, "clip_frac": 0.0}
-        steps = 0
-        for _ in range(rl.ppo_epochs):
-            for start in range(0, len(batch), rl.minibatch_size):
-                chunk = list(range(start, min(start + rl.minibatch_size, len(batch))))
-                logps, vals, ents = self.score([batch[i] for i in chunk])
-                losses = []
-                for j, i in enumerate(chunk):
-                    e, (adv, ret) = batch[i], gae[i]
-                    adv, ret = adv.to(self.device), ret.to(self.device)
-                    old_logp = torch.tensor(e.logprobs, device=self.device)
-                    old_v = torch.tensor(e.values, device=self.device)
-                    ratio = torch.exp(logps[j] - old_logp)
-                    clipped = torch.clamp(ratio, 1 - rl.clip_range, 1 + rl.clip_range)
-                    policy_loss = torch.max(-adv * ratio, -adv * clipped).mean()
-                    v_clip = old_v + torch.clamp(vals[j] - old_v, -rl.clip_range_value, rl.clip_range_value)
-                    value_loss = 0.5 * torch.max((vals[j] - ret) ** 2, (v_clip - ret) ** 2).mean()
-                    entropy = ents[j].mean()
-                    losses.append(policy_loss + rl.vf_coef * value_loss - rl.ent_coef * entropy)
-                    with torch.no_grad():
-                        ref = torch.tensor(e.ref_logprobs, device=self.device)
-                        for key, value in (("policy_loss", policy_loss), ("value_loss", value_loss),
-                                           ("entropy", entropy), ("kl", (logps[j] - ref).mean()),
-                                           ("ratio", ratio.mean()),
-                                           ("clip_frac", ((ratio - 1).abs() > rl.clip_range).float().mean())):
-                            totals[key] += float(value)
-                        steps += 1
-                loss = torch.stack(losses).mean()
-                totals["loss"] += float(loss.detach()) * len(chunk)
-                self.optimizer.zero_grad()
-                loss.backward()
-                params = [p for g in self.optimizer.param_groups for p in g["params"]]
-                torch.nn.utils.clip_grad_norm_(params, rl.max_grad_norm)
-                self.optimizer.step()
-        stats.update({k: v / max(steps, 1) for k, v in totals.items()})
+        if self.state_dir:
+            self.save()  # before the risky part: an out-of-memory kill loses no episode
+        self.model.train()  # gradient checkpointing acts in training mode only (dropout is zeroed)
+        try:
+            for _ in range(rl.ppo_epochs):
+                for start in range(0, len(batch), rl.minibatch_size):
+                    chunk = [(batch[i], gae[i]) for i in range(start, min(start + rl.minibatch_size, len(batch)))]
+                    self._minibatch_step(chunk, totals)
+        except OutOfMemory as err:
+            self.optimizer.zero_grad(set_to_none=True)
+            stats["skipped"] = f"out of memory at a micro-batch of one episode: {err}"[:500]
+            return stats
+        finally:
+            self.model.eval()
+        steps = max(self.scored, 1)
+        stats.update({k: v / steps for k, v in totals.items()})
+        stats["micro_batch"] = self.micro_batch
         self.version += 1
         self.updates += 1
         stats["version"] = self.version
         if self.state_dir:
             self.save()
         return stats
+
+    def _minibatch_step(self, chunk: list, totals: dict) -> None:
+        """One optimiser step on a minibatch, in micro-batches whose gradients add up; an
+        out-of-memory error halves the micro-batch and retries the minibatch from scratch."""
+        rl = self.rl
+        while True:
+            micro = max(1, min(self.micro_batch or len(chunk), len(chunk)))
+            self.optimizer.zero_grad(set_to_none=True)
+            seen = dict.fromkeys(totals, 0.0)
+            try:
+                for start in range(0, len(chunk), micro):
+                    part = chunk[start:start + micro]
+                    logps, vals, ents = self.score([e for e, _ in part])
+                    losses = []
+                    for j, (e, (adv, ret)) in enumerate(part):
+                        adv, ret = adv.to(self.device), ret.to(self.device)
+                        old_logp = torch.tensor(e.logprobs, device=self.device)
+                        old_v = torch.tensor(e.values, device=self.device)
+                        ratio = torch.exp(logps[j] - old_logp)
+                        clipped = torch.clamp(ratio, 1 - rl.clip_range, 1 + rl.clip_range)
+                        policy_loss = torch.max(-adv * ratio, -adv * clipped).mean()
+                        v_clip = old_v + torch.clamp(vals[j] - old_v, -rl.clip_range_value, rl.clip_range_value)
+                        value_loss = 0.5 * torch.max((vals[j] - ret) ** 2, (v_clip - ret) ** 2).mean()
+                        entropy = ents[j].mean()
+                        losses.append(policy_loss + rl.vf_coef * value_loss - rl.ent_coef * entropy)
+                        with torch.no_grad():
+                            ref = torch.tensor(e.ref_logprobs, device=self.device)
+                            for key, value in (("policy_loss", policy_loss), ("value_loss", value_loss),
+                                               ("entropy", entropy), ("kl", (logps[j] - ref).mean()),
+                                               ("ratio", ratio.mean()),
+                                               ("clip_frac", ((ratio - 1).abs() > rl.clip_range).float().mean())):
+                                seen[key] += float(value)
+                    loss = torch.stack(losses).sum() / len(chunk)  # the minibatch's mean, summed over parts
+                    seen["loss"] += float(loss.detach()) * len(chunk)
+                    loss.backward()
+            except torch.OutOfMemoryError as err:
+                self.optimizer.zero_grad(set_to_none=True)
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                if micro == 1:
+                    raise OutOfMemory(str(err).splitlines()[0] if str(err) else "torch.OutOfMemoryError") from err
+                self.micro_batch = micro // 2
+                continue
+            params = [p for g in self.optimizer.param_groups for p in g["params"]]
+            torch.nn.utils.clip_grad_norm_(params, rl.max_grad_norm)
+            self.optimizer.step()
+            for key, value in seen.items():
+                totals[key] += value
+            self.scored += len(chunk)
+            return
 
     # -- state --------------------------------------------------------------------------------
 

@@ -1,0 +1,204 @@
+"""`gitresearch bench research`: which policy lowers val_bpb fastest, measured with full loops
+on the research gym (docs/bench-research.md).
+
+    gitresearch bench research --policies random,optuna-tpe --experiments 200 --seeds 5 -o plot.png
+
+Each (policy, seed) is a real `gitresearch loop` (early stop and the keep rule on, as a user
+runs it) in a fresh repo made with `gitresearch init --template gym`; loops run --parallel at
+a time. The figures come from the notes alone:
+- best so far after each experiment: the value of the kept best (the baseline's at first);
+- compute: simulated training seconds, charged per run as the loop spent them (a finished
+  run its training seconds, an early-stopped one up to the check that stopped it, a crash up
+  to its last point, and every noise or confirmation re-run its budget);
+- per policy: the median and interquartile range over seeds of best-so-far against
+  experiments and against compute, the experiments needed to reach random search's final
+  best (median over seeds; random's own included), and the area under the best-so-far curve
+  (its mean over experiments: lower is better).
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .errors import GitresearchError
+from .gitstore import Store
+from .init import init_repo
+
+
+class BenchError(GitresearchError):
+    pass
+
+
+def loop_args(policy: str) -> list[str]:
+    """`random`, `optuna-tpe` (any sampler), or any other --policy name as it is."""
+    if policy.startswith("optuna-"):
+        return ["--policy", "optuna", "--sampler", policy.split("-", 1)[1]]
+    return ["--policy", policy]
+
+
+def run_one(policy: str, seed: int, experiments: int, workdir: Path, target: str = "gym") -> list[dict]:
+    """One loop; its experiments' notes, in order."""
+    repo = workdir / f"{policy}-seed{seed}"
+    init_repo(repo, template=target)
+    command = [sys.executable, "-m", "gitresearch", "loop", *loop_args(policy), "--seed", str(seed),
+               "--max-experiments", str(experiments)]
+    proc = subprocess.run(command, cwd=repo, capture_output=True, text=True,
+                          env=dict(os.environ, COLUMNS="120"))
+    if proc.returncode != 0:
+        raise BenchError(f"{' '.join(command)} in {repo} exited {proc.returncode}:\n{proc.stdout[-2000:]}"
+                         f"{proc.stderr[-2000:]}")
+    return [exp.record or {} for exp in reversed(Store(repo).experiments())]
+
+
+def compute_of(record: dict) -> float:
+    """Simulated training seconds an experiment cost, re-runs included."""
+    budget = float(record.get("budget_s") or 0.0)
+    status = record.get("status")
+    if status == "early_stop":
+        checks = [c["t"] for c in record.get("checks") or [] if isinstance(c.get("t"), (int, float))]
+        used = checks[-1] if checks else float(record.get("training_seconds") or budget)
+    elif status == "invalid":
+        used = 0.0
+    else:
+        used = min(float(record.get("training_seconds") or budget), budget)
+    if status == "baseline":  # its noise runs are the baseline's runs
+        used = 0.0
+    reruns = len(record.get("noise_runs") or []) + len(record.get("noise_slow") or [])
+    reruns += len(record.get("remeasured") or [])  # best re-run to watch for drift
+    conf = record.get("confirmation") or {}
+    reruns += 2 * (len(conf.get("pairs") or []) + len(conf.get("slow") or []))
+    return used + reruns * budget
+
+
+def trajectory(records: list[dict]) -> dict:
+    """Best so far and cumulative compute after each experiment (the baseline is the first)."""
+    best, spent, bests, computes = None, 0.0, [], []
+    for record in records:
+        spent += compute_of(record)
+        if record.get("status") in ("baseline", "keep") and isinstance(record.get("val_bpb"), (int, float)):
+            best = record["val_bpb"]
+        bests.append(best)
+        computes.append(spent)
+    return {"best": bests, "compute": computes,
+            "statuses": [r.get("status") for r in records]}
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def best_at_compute(run: dict, compute: float) -> float:
+    """A run's best so far once `compute` simulated seconds were spent."""
+    value = run["best"][0]
+    for best, spent in zip(run["best"], run["compute"]):
+        if spent > compute:
+            break
+        value = best
+    return value
+
+
+def summarise(runs: dict[str, list[dict]], compute_points: int = 50) -> dict:
+    """Per policy: median and IQR curves, experiments to reach random's final best, area."""
+    n = min(len(r["best"]) for rs in runs.values() for r in rs)
+    longest = max(r["compute"][n - 1] for rs in runs.values() for r in rs)
+    grid = [longest * (i + 1) / compute_points for i in range(compute_points)]
+    reference = None
+    if "random" in runs:
+        reference = statistics.median(r["best"][n - 1] for r in runs["random"])
+    out = {}
+    for policy, rs in runs.items():
+        by_exp = [quartiles([r["best"][i] for r in rs]) for i in range(n)]
+        by_compute = [quartiles([best_at_compute(r, c) for r in rs]) for c in grid]
+        needed = None
+        if reference is not None:
+            firsts = [next((i + 1 for i, b in enumerate(r["best"][:n]) if b <= reference), None) for r in rs]
+            reached = sorted(f for f in firsts if f is not None)
+            # the median over seeds, a seed that never reached it counting as beyond the end
+            ordered = reached + [None] * (len(firsts) - len(reached))
+            needed = ordered[(len(ordered) - 1) // 2] if len(ordered) % 2 else (
+                None if ordered[len(ordered) // 2] is None else
+                (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2)
+        out[policy] = {
+            "seeds": len(rs), "experiments": n,
+            "final_best": {"median": by_exp[-1][1], "q1": by_exp[-1][0], "q3": by_exp[-1][2]},
+            "best_by_experiment": {"q1": [q[0] for q in by_exp], "median": [q[1] for q in by_exp],
+                                   "q3": [q[2] for q in by_exp]},
+            "compute_grid_s": grid,
+            "best_by_compute": {"q1": [q[0] for q in by_compute], "median": [q[1] for q in by_compute],
+                                "q3": [q[2] for q in by_compute]},
+            "experiments_to_random_final": needed,
+            "area_under_best": statistics.median(statistics.fmean(r["best"][:n]) for r in rs),
+            "early_stopped_share": statistics.fmean(
+                sum(s == "early_stop" for s in r["statuses"][:n]) / n for r in rs),
+            "compute_s": statistics.median(r["compute"][n - 1] for r in rs),
+        }
+    return {"reference_random_final": reference, "policies": out}
+
+
+def bench_research(policies: list[str], experiments: int, seeds: int, parallel: int = 2,
+                   target: str = "gym", workdir: Path | None = None, progress=None) -> dict:
+    """Every (policy, seed) loop, then the summary; the raw trajectories are kept in "runs"."""
+    jobs = [(p, s) for s in range(seeds) for p in policies]
+    with tempfile.TemporaryDirectory(prefix="gitresearch-bench-") as tmp:
+        root = Path(workdir or tmp)
+
+        def job(item):
+            policy, seed = item
+            result = trajectory(run_one(policy, seed, experiments, root, target))
+            result["ended_early"] = len(result["best"]) < experiments + 1  # the policy ran out
+            while len(result["best"]) < experiments + 1:  # no more progress, no more compute
+                for key in ("best", "compute"):
+                    result[key].append(result[key][-1])
+                result["statuses"].append(None)
+            if progress:
+                progress(f"{policy} seed {seed}: best {result['best'][-1]:.6f} after {len(result['best'])} experiments")
+            return item, result
+
+        with ThreadPoolExecutor(max(1, parallel)) as pool:
+            done = list(pool.map(job, jobs))
+    runs: dict[str, list[dict]] = {p: [] for p in policies}
+    for (policy, seed), result in done:
+        runs[policy].append({"seed": seed, **result})
+    return {"target": target, "experiments": experiments, "seeds": seeds,
+            **summarise(runs), "runs": runs}
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (by_exp, by_compute) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for policy, s in result["policies"].items():
+        xs = range(1, s["experiments"] + 1)
+        line, = by_exp.plot(xs, s["best_by_experiment"]["median"], label=policy)
+        by_exp.fill_between(xs, s["best_by_experiment"]["q1"], s["best_by_experiment"]["q3"],
+                            color=line.get_color(), alpha=0.2)
+        minutes = [c / 60 for c in s["compute_grid_s"]]
+        by_compute.plot(minutes, s["best_by_compute"]["median"], color=line.get_color(), label=policy)
+        by_compute.fill_between(minutes, s["best_by_compute"]["q1"], s["best_by_compute"]["q3"],
+                                color=line.get_color(), alpha=0.2)
+    if result.get("reference_random_final") is not None:
+        for ax in (by_exp, by_compute):
+            ax.axhline(result["reference_random_final"], color="grey", ls=":", lw=1)
+    by_exp.set(xlabel="experiments", ylabel="best val_bpb so far (median, IQR over seeds)",
+               title=f"{result['target']}: {result['seeds']} seeds")
+    by_compute.set(xlabel="simulated training minutes", title="against compute")
+    by_exp.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_json(result: dict, path: Path) -> None:
+    Path(path).write_text(json.dumps(result, indent=1) + "\n")

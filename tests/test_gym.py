@@ -1,0 +1,144 @@
+"""The research gym (gitresearch init --template gym) and `gitresearch bench research`: the
+gym's train.py follows its surrogate and the target's hard rules, loops on it run through the
+real runner with early stop, and the bench's figures come out of those loops."""
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gitresearch import research_bench
+from gitresearch.gitstore import Store
+from gitresearch.resources import resource
+from helpers import cli
+
+GYM = resource("gym")
+
+
+def gym_copy(tmp_path: Path, **constants) -> Path:
+    work = tmp_path / "gym"
+    shutil.copytree(GYM, work)
+    source = (work / "train.py").read_text()
+    for name, value in constants.items():
+        lines = [f"{name} = {value!r}  # set by the test" if line.startswith(f"{name} = ") else line
+                 for line in source.splitlines()]
+        source = "\n".join(lines) + "\n"
+    (work / "train.py").write_text(source)
+    return work
+
+
+def run_gym(work: Path, budget: float = 30.0) -> subprocess.CompletedProcess:
+    metrics = work / "metrics.jsonl"
+    metrics.unlink(missing_ok=True)
+    return subprocess.run([sys.executable, "train.py"], cwd=work, capture_output=True, text=True,
+                          env=dict(os.environ, GITRESEARCH_BUDGET_S=str(budget), GITRESEARCH_METRICS=str(metrics)))
+
+
+def final_of(proc) -> float:
+    return float(next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("val_bpb:")))
+
+
+@pytest.mark.parametrize("constants,message", [
+    ({"WIDTH": 100}, "WIDTH must be a multiple of an even HEAD_DIM"),
+    ({"HEAD_DIM": 3, "WIDTH": 129}, "WIDTH must be a multiple"),
+    ({"DEPTH": 0}, "DEPTH = 0: a size must be a positive int"),
+])
+def test_a_config_the_real_target_cannot_build_crashes_at_start(tmp_path, constants, message):
+    proc = run_gym(gym_copy(tmp_path, **constants))
+    assert proc.returncode == 1 and message in proc.stdout
+    assert not (tmp_path / "gym" / "metrics.jsonl").exists()  # no curve: it never trained
+
+
+def test_the_baseline_follows_the_surrogate_with_the_measured_noise(tmp_path):
+    model = json.loads((GYM / "surrogate.json").read_text())
+    sys.path.insert(0, str(GYM))
+    import train as gym
+
+    values = gym.constants()
+    x = gym.features(model, values)
+    predicted = dict(zip(model["gps"][0]["outputs"], gym.gp_mean(model["gps"][0], x)))
+    work = gym_copy(tmp_path)
+    finals, crashed = [], 0
+    for _ in range(30):
+        proc = run_gym(work, budget=3.0)  # the same curve over 3 simulated s: a twentieth of a second
+        if proc.returncode:
+            crashed += 1
+            continue
+        finals.append(final_of(proc))
+        points = [json.loads(line) for line in (work / "metrics.jsonl").read_text().splitlines()]
+        assert [p["t"] for p in points] == [round(3.0 * k / 40, 3) for k in range(41)]
+    assert crashed <= 5  # the baseline's crash probability is small
+    sd = model["noise"]["final_sd"]
+    assert abs(statistics.fmean(finals) - predicted["final"]) < 4 * sd / math.sqrt(len(finals))
+    assert 0.5 * sd < statistics.stdev(finals) < 1.6 * sd  # fresh noise per run, at the measured sd
+
+
+def test_a_gym_loop_is_judged_by_the_real_runner_check_by_check(tmp_path):
+    """Early stop sees every check on its grid, though the gym reports a whole simulated run
+    in half a second (several points per poll of the runner)."""
+    repo = tmp_path / "repo"
+    cli("init", "--template", "gym", str(repo))
+    cli("loop", "--policy", "random", "--seed", "3", "--max-experiments", "14", cwd=repo)
+    records = [e.record for e in reversed(Store(repo).experiments())]
+    assert records[0]["status"] == "baseline" and len(records[0]["noise_runs"]) == 5
+    assert len(records) == 15 and {"keep", "discard", "early_stop", "crash"} & {r["status"] for r in records[1:]}
+    judged = [r for r in records[1:] if r.get("checks")]
+    assert judged
+    for record in judged:
+        times = [c["t"] for c in record["checks"]]
+        grid = [6.0 + 3 * i for i in range(len(times))]
+        assert all(abs(t - g) <= 0.75 for t, g in zip(times, grid)), times  # no check skipped
+        if record["status"] == "early_stop":
+            assert record["checks"][-1]["decision"] in ("stop", "diverged")
+        elif record["status"] in ("keep", "discard"):
+            assert len(times) == 8  # 6, 9, ..., 27 s: every check of a 30 s run
+
+
+def test_summary_medians_and_experiments_to_random_final():
+    def run(bests, step=30.0):
+        return {"best": bests, "compute": [step * (i + 1) for i in range(len(bests))], "statuses": ["keep"] * len(bests)}
+
+    runs = {"random": [run([3.0, 2.9, 2.9, 2.8]), run([3.0, 3.0, 2.7, 2.7]), run([3.0, 2.95, 2.9, 2.9])],
+            "tpe": [run([3.0, 2.8, 2.7, 2.6]), run([3.0, 3.0, 3.0, 2.75]), run([3.0, 3.0, 3.0, 3.0])]}
+    summary = research_bench.summarise(runs, compute_points=4)
+    assert summary["reference_random_final"] == 2.8  # median of 2.8, 2.7, 2.9
+    random_s, tpe = summary["policies"]["random"], summary["policies"]["tpe"]
+    assert random_s["experiments_to_random_final"] == 4  # reached at 4, 3, never: the median 4
+    assert tpe["experiments_to_random_final"] == 4  # 2, 4, never
+    assert tpe["final_best"]["median"] == 2.75 and tpe["best_by_experiment"]["median"] == [3.0, 3.0, 3.0, 2.75]
+    assert tpe["area_under_best"] == statistics.median([statistics.fmean(r["best"]) for r in runs["tpe"]])
+    assert tpe["compute_grid_s"] == [30.0, 60.0, 90.0, 120.0]
+    assert tpe["best_by_compute"]["median"] == [3.0, 3.0, 3.0, 2.75]
+    never = research_bench.summarise({"random": runs["random"], "tpe": [run([3.0] * 4)] * 3})
+    assert never["policies"]["tpe"]["experiments_to_random_final"] is None
+
+
+def test_compute_charges_what_the_loop_spent():
+    assert research_bench.compute_of({"status": "baseline", "budget_s": 30, "noise_runs": [1, 2, 3]}) == 90
+    stopped = {"status": "early_stop", "budget_s": 30, "training_seconds": 29.0,
+               "checks": [{"t": 6.1}, {"t": 9.0}]}
+    assert research_bench.compute_of(stopped) == 9.0  # up to the check that stopped it
+    confirmed = {"status": "keep", "budget_s": 30, "training_seconds": 30.0,
+                 "confirmation": {"pairs": [{}, {}], "slow": [{}]}}
+    assert research_bench.compute_of(confirmed) == 30 + 6 * 30
+    assert research_bench.compute_of({"status": "invalid", "budget_s": 30}) == 0
+
+
+def test_bench_research_end_to_end(tmp_path):
+    result = research_bench.bench_research(["random", "optuna-tpe"], experiments=8, seeds=2, parallel=2)
+    assert set(result["policies"]) == {"random", "optuna-tpe"}
+    for policy, runs in result["runs"].items():
+        assert len(runs) == 2
+        for r in runs:
+            assert len(r["best"]) == 9 and r["statuses"][0] == "baseline"  # the baseline, then 8
+            assert all(b2 <= b1 for b1, b2 in zip(r["best"], r["best"][1:]))  # kept best only falls
+            assert r["compute"][0] == 150.0  # five noise runs of 30 simulated s
+            assert all(c2 >= c1 for c1, c2 in zip(r["compute"], r["compute"][1:]))
+    assert result["reference_random_final"] == statistics.median(r["best"][-1] for r in result["runs"]["random"])
+    research_bench.plot(result, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
