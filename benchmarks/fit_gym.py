@@ -111,8 +111,8 @@ def fit_crash(x: np.ndarray, crashed: np.ndarray) -> dict:
     from sklearn.linear_model import LogisticRegression
 
     quad = np.hstack([x, x * x])
-    if crashed.all() or not crashed.any():  # one class: a constant probability
-        rate = min(max(crashed.mean(), 0.01), 0.99)
+    if crashed.all() or not crashed.any():  # one class: a constant probability, kept off 0 and 1
+        rate = (crashed.sum() + 0.5) / (len(crashed) + 1)
         return {"intercept": math.log(rate / (1 - rate)), "coef": [0.0] * quad.shape[1]}
     model = LogisticRegression(C=1.0, max_iter=5000).fit(quad, crashed)
     return {"intercept": float(model.intercept_[0]), "coef": model.coef_[0].tolist()}
@@ -171,7 +171,9 @@ def cross_validate(records: list[dict], spec: list[dict], folds: int = 5) -> dic
             bins.append({"bin": [low, high], "runs": int(inside.sum()), "mean_predicted": round(float(p_crash[inside].mean()), 3),
                          "observed": round(float(crashed[inside].mean()), 3)})
     base = crashed.mean()
-    return {"folds": folds, "held_out_runs": len(pool), "held_out_finished": len(held),
+    from scipy.stats import binomtest
+    interval = binomtest(int(crashed.sum()), len(crashed)).proportion_ci(0.95, method="exact")
+    return {"crash_rate_ci95": [round(interval.low, 4), round(interval.high, 4)],"folds": folds, "held_out_runs": len(pool), "held_out_finished": len(held),
             "spearman_final": round(float(spearmanr(predicted_final, actual_final).statistic), 4),
             "rmse_final": round(float(np.sqrt(np.mean(residuals ** 2))), 4),
             "median_abs_error_final": round(float(np.median(np.abs(residuals))), 4),

@@ -82,7 +82,7 @@ def test_a_gym_loop_is_judged_by_the_real_runner_check_by_check(tmp_path):
     """Early stop sees every check on its grid, though the gym reports a whole simulated run
     in half a second (several points per poll of the runner)."""
     repo = tmp_path / "repo"
-    cli("init", "--template", "gym", str(repo))
+    cli("init", "--template", "gym", str(repo), cwd=tmp_path)
     cli("loop", "--policy", "random", "--seed", "3", "--max-experiments", "14", cwd=repo)
     records = [e.record for e in reversed(Store(repo).experiments())]
     assert records[0]["status"] == "baseline" and len(records[0]["noise_runs"]) == 5
