@@ -111,9 +111,8 @@ def fit_crash(x: np.ndarray, crashed: np.ndarray) -> dict:
     from sklearn.linear_model import LogisticRegression
 
     quad = np.hstack([x, x * x])
-    if crashed.all() or not crashed.any():  # one class: a constant probability, kept off 0 and 1
-        rate = (crashed.sum() + 0.5) / (len(crashed) + 1)
-        return {"intercept": math.log(rate / (1 - rate)), "coef": [0.0] * quad.shape[1]}
+    if crashed.all() or not crashed.any():  # one class: what was seen, always or never
+        return {"intercept": 40.0 if crashed.all() else -40.0, "coef": [0.0] * quad.shape[1]}
     model = LogisticRegression(C=1.0, max_iter=5000).fit(quad, crashed)
     return {"intercept": float(model.intercept_[0]), "coef": model.coef_[0].tolist()}
 
