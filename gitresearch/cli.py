@@ -278,7 +278,7 @@ def bench_research_cmd(target, policies, experiments, seeds, parallel, as_json, 
     if as_json:
         click.echo(json.dumps(result))
     else:
-        report.print_research(result, Console())
+        report.print_research(result, Console(width=max(Console().width, 120)))  # a file or pipe: no 80-column wrap
 
 
 if __name__ == "__main__":
