@@ -35,6 +35,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
+sys.path.insert(0, str(ROOT / "gym_repo"))
+
+import train as gym  # noqa: E402  (the gym's own feature and prediction code)
 from record_gym import target_space  # noqa: E402
 from gitresearch.earlystop import value_at  # noqa: E402
 
@@ -56,9 +59,7 @@ def feature_spec() -> list[dict]:
 
 
 def features(spec: list[dict], config: dict) -> list[float]:
-    """As gym_repo/train.py computes them (the test checks both agree)."""
-    sys.path.insert(0, str(ROOT / "gym_repo"))
-    import train as gym
+    """As gym_repo/train.py computes them (it is the same function)."""
     return gym.features({"features": spec}, config)
 
 
@@ -132,8 +133,6 @@ def fit(records: list[dict], spec: list[dict]) -> dict:
 
 
 def predict(model: dict, config: dict) -> dict:
-    sys.path.insert(0, str(ROOT / "gym_repo"))
-    import train as gym
     x = gym.features(model, config)
     out = {}
     for gp in model["gps"]:

@@ -25,24 +25,23 @@ from gitresearch.config import load  # noqa: E402
 from test_optuna_policy import SOURCE, SOURCE_2, best_after, objective, objective_2  # noqa: E402
 
 GYM = ROOT / "gym_repo"
+sys.path.insert(0, str(GYM))
+import train as gym  # noqa: E402  (the gym's own prediction code)
+from gitresearch.policies.constants import find_sites  # noqa: E402
+
+GYM_MODEL = json.loads((GYM / "surrogate.json").read_text())
 
 
 def gym_objective(source: str) -> float:
     """The gym's noise-free final for a train.py (its surrogate's mean); a config the real
     target cannot build, or one more likely to diverge than not, never wins (inf)."""
-    sys.path.insert(0, str(GYM))
-    import train as gym
-    from gitresearch.policies.constants import find_sites
-
-    model = gym_objective.model = getattr(gym_objective, "model", None) or json.loads(
-        (GYM / "surrogate.json").read_text())
     values = {s.name: s.value for s in find_sites(source, cuda=False)}
     if gym.hard_rules(values):
         return math.inf
-    x = gym.features(model, values)
-    if gym.crash_probability(model["crash"], x) > 0.5:
+    x = gym.features(GYM_MODEL, values)
+    if gym.crash_probability(GYM_MODEL["crash"], x) > 0.5:
         return math.inf
-    return dict(zip(model["gps"][0]["outputs"], gym.gp_mean(model["gps"][0], x)))["final"]
+    return dict(zip(GYM_MODEL["gps"][0]["outputs"], gym.gp_mean(GYM_MODEL["gps"][0], x)))["final"]
 
 
 TARGETS = {"target1": (SOURCE, objective), "target2": (SOURCE_2, objective_2),

@@ -18,6 +18,7 @@ a time. The figures come from the notes alone:
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -120,13 +121,10 @@ def summarise(runs: dict[str, list[dict]], compute_points: int = 50) -> dict:
         by_compute = [quartiles([best_at_compute(r, c) for r in rs]) for c in grid]
         needed = None
         if reference is not None:
-            firsts = [next((i + 1 for i, b in enumerate(r["best"][:n]) if b <= reference), None) for r in rs]
-            reached = sorted(f for f in firsts if f is not None)
             # the median over seeds, a seed that never reached it counting as beyond the end
-            ordered = reached + [None] * (len(firsts) - len(reached))
-            needed = ordered[(len(ordered) - 1) // 2] if len(ordered) % 2 else (
-                None if ordered[len(ordered) // 2] is None else
-                (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2)
+            needed = statistics.median(next((i + 1 for i, b in enumerate(r["best"][:n]) if b <= reference),
+                                            math.inf) for r in rs)
+            needed = None if math.isinf(needed) else needed
         out[policy] = {
             "seeds": len(rs), "experiments": n,
             "final_best": {"median": by_exp[-1][1], "q1": by_exp[-1][0], "q3": by_exp[-1][2]},

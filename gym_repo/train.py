@@ -103,8 +103,10 @@ def main() -> int:
     model = json.loads((Path(__file__).resolve().parent / "surrogate.json").read_text())
     budget = float(os.environ.get("GITRESEARCH_BUDGET_S", model["budget_s"]))
     values = constants()
-    print(f"gym: the bundled target's curve for depth {DEPTH} width {WIDTH} | budget {budget:.0f}s "
-          f"(simulated)", flush=True)
+    # read through `values`, not by name: a constant read only in a print is bookkeeping to
+    # the policies' search space (constants.py), and DEPTH and WIDTH must be searched
+    print(f"gym: the bundled target's curve for depth {values['DEPTH']} width {values['WIDTH']} | "
+          f"budget {budget:.0f}s (simulated)", flush=True)
     if why := hard_rules(values):
         print(f"Traceback (most recent call last):\n  ...\n{why}", flush=True)
         return 1

@@ -142,3 +142,15 @@ def test_bench_research_end_to_end(tmp_path):
     assert result["reference_random_final"] == statistics.median(r["best"][-1] for r in result["runs"]["random"])
     research_bench.plot(result, tmp_path / "plot.png")
     assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_policies_search_every_constant_the_surrogate_reads():
+    """The gym's train.py reads its constants through globals(); a constant it also used only
+    in a print would look like bookkeeping to the policies and never be searched."""
+    from gitresearch.config import load
+    from gitresearch.policies.constants import find_sites
+
+    config = load(GYM)
+    model = json.loads((GYM / "surrogate.json").read_text())
+    searched = [s.name for s in find_sites((GYM / "train.py").read_text(), config.policy.skip_constants, cuda=False)]
+    assert searched == [f["name"] for f in model["features"]]

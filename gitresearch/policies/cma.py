@@ -49,11 +49,10 @@ class CmaReplay:
     """CMA-ES over the numeric dimensions of a space, rebuilt from the study's trials (each
     CMA-ES trial carries its generation in user_attrs["generation"])."""
 
-    def __init__(self, space: dict, seed: int | None):
+    def __init__(self, space: dict):
         self.space = space
         self.numeric = [k for k, dim in space.items() if not hasattr(dim.dist, "choices")]
         self.categorical = [k for k in space if k not in self.numeric]
-        self.seed = seed
 
     def optimizer(self, trials, proposal_seed: int | None):
         """The CMA-ES state after every complete generation of `trials` (Optuna FrozenTrials)."""

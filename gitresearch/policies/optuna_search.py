@@ -236,7 +236,7 @@ class OptunaSearch:
         worst = max((t.value for t in trials if t.state == TrialState.COMPLETE), default=None)
         proposal_seed = None if self.seed is None else self.seed + len(trials)
         if self.sampler == "cmaes":
-            replay = CmaReplay(space, self.seed)
+            replay = CmaReplay(space)
             cma, rng = replay.optimizer(trials, proposal_seed), np.random.default_rng(proposal_seed)
         qmc_index = 1 + max((t.user_attrs.get("qmc_index", -1) for t in trials), default=-1)
         if self.sampler == "qmc":  # the sequence continues where the notes left it
