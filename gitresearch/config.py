@@ -123,9 +123,18 @@ class RewardConfig:
     time_weight: float = 0.2  # x share of the budget the run trained for
     memory_weight: float = 0.1  # x relative peak memory above the baseline's
     novelty_epsilon: float = 0.1  # x (1 - max Jaccard similarity to the window's diffs)
-    invalid_penalty: float = 1.0
-    crash_penalty: float = 1.0
-    timeout_penalty: float = 1.0
+    # a failed experiment scores -penalty - its time share, below any valid run (whose floor is
+    # -improvement_weight x improvement_clip - 1); load() refuses penalties that break the order
+    invalid_penalty: float = 12.0
+    crash_penalty: float = 12.0
+    timeout_penalty: float = 12.0
+
+    def valid_floor(self) -> float:
+        """The lowest total a valid run can score: the clipped improvement and efficiency."""
+        return -self.improvement_weight * self.improvement_clip - 1.0
+
+
+OPTIMIZERS = ("adamw", "adamw8bit", "paged_adamw8bit", "paged_adamw")
 
 
 @dataclass(frozen=True)
@@ -136,7 +145,9 @@ class RLConfig:
     learning_rate: float = 5e-5  # AdamW on the adapters and the value head
     kl_coef: float = 0.05  # per-token KL penalty to the reference (the base, adapters off)
     gamma: float = 1.0  # discount over response tokens
-    lam: float = 0.95  # GAE lambda
+    lam: float = 1.0  # GAE lambda; 1: the whole reply shares the experiment's reward
+    reward_norm: bool = True  # rewards centred and scaled by the running mean and std of all so far
+    reward_clip: float = 5.0  # normalised rewards clipped to +-this (std units)
     clip_range: float = 0.2  # policy ratio clip
     clip_range_value: float = 0.2  # value clip, around the values stored at generation
     vf_coef: float = 0.5  # value loss weight
@@ -150,6 +161,7 @@ class RLConfig:
     seed: int | None = None  # sampling seed; None: fresh entropy
     logit_chunk: int = 64  # reply positions per chunk of the log-softmax and entropy
     gradient_checkpointing: bool = True  # recompute the model's activations in the backward pass
+    optimizer: str = "adamw"  # adamw (torch) | adamw8bit | paged_adamw8bit | paged_adamw (bitsandbytes)
 
 
 @dataclass(frozen=True)
@@ -295,6 +307,16 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
     if sections["policy"].sampler not in ("tpe", "gp", "cmaes", "qmc"):
         raise ConfigError(f"{path} [policy] sampler = {sections['policy'].sampler!r}: expected "
                           f"\"tpe\", \"gp\", \"cmaes\" or \"qmc\"")
+    if sections["rl"].optimizer not in OPTIMIZERS:
+        raise ConfigError(f"{path} [rl] optimizer = {sections['rl'].optimizer!r}: expected one of "
+                          f"{', '.join(OPTIMIZERS)}")
+    reward_config = sections["reward"]
+    for name in ("invalid_penalty", "crash_penalty", "timeout_penalty"):
+        if -getattr(reward_config, name) >= reward_config.valid_floor():
+            raise ConfigError(f"{path} [reward] {name} = {getattr(reward_config, name)!r}: a failed "
+                              f"experiment must score below any valid run, whose floor is "
+                              f"{reward_config.valid_floor():g} (improvement_weight x improvement_clip + 1); "
+                              f"set it above {-reward_config.valid_floor():g}")
     if sections["early_stop"].rule not in ("race", "forecast"):
         raise ConfigError(f"{path} [early_stop] rule = {sections['early_stop'].rule!r}: expected "
                           f"\"race\" or \"forecast\"")

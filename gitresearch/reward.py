@@ -11,6 +11,11 @@
                   in the history window)); changed lines are the diff's +/- lines, stripped
     penalty     = invalid_penalty | crash_penalty | timeout_penalty by status, else 0
                   (an invalid experiment lost to the model endpoint carries no penalty)
+
+A failed experiment (invalid, crash, timeout) earns no improvement, no novelty and no
+efficiency gain, only its time share: its total lies in [-penalty - 1, -penalty], below the
+floor of every valid run (-improvement_weight x improvement_clip - 1), so failing is never the
+cheap way out of a bad result (config.load refuses penalties that break this order).
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import math
 
 from .config import RewardConfig
 
+FAILED = ("invalid", "crash", "timeout")
 MIN_NOISE = 1e-3  # metric units: a deterministic baseline (noise 0) still gives a finite scale
 
 
@@ -43,13 +49,14 @@ def novelty(diff: str, earlier: list[str]) -> float:
 def reward(record: dict, baseline: dict, config: RewardConfig) -> dict:
     """The reward and its components for a finished experiment's note."""
     status = record.get("status")
+    failed = status in FAILED
     noise = max(baseline.get("noise_std") or 0.0, MIN_NOISE)
     value = record.get("val_bpb")
     if value is None and status == "early_stop" and record.get("checks"):
         value = record["checks"][-1].get("mean")  # the forecast that stopped it
     parent = record.get("parent_val_bpb")
     improvement = 0.0
-    if isinstance(value, (int, float)) and isinstance(parent, (int, float)) and math.isfinite(value):
+    if not failed and isinstance(value, (int, float)) and isinstance(parent, (int, float)) and math.isfinite(value):
         gain = (parent - value) / noise
         improvement = config.improvement_weight * max(-config.improvement_clip, min(config.improvement_clip, gain))
     efficiency = 0.0
@@ -61,12 +68,12 @@ def reward(record: dict, baseline: dict, config: RewardConfig) -> dict:
         base_memory, memory = baseline.get("peak_memory_mb"), record.get("peak_memory_mb")
         if base_memory and memory:
             efficiency -= config.memory_weight * (memory / base_memory - 1.0)
-        efficiency = max(-1.0, min(1.0, efficiency))
+        efficiency = max(-1.0, min(0.0 if failed else 1.0, efficiency))
     penalty = {"invalid": config.invalid_penalty, "crash": config.crash_penalty,
                "timeout": config.timeout_penalty}.get(status, 0.0)
     if status == "invalid" and record.get("backend_only"):
         penalty = 0.0
-    bonus = 0.0 if status == "invalid" else config.novelty_epsilon * (record.get("novelty") or 0.0)
+    bonus = 0.0 if failed else config.novelty_epsilon * (record.get("novelty") or 0.0)
     total = improvement + efficiency + bonus - penalty
     return {"total": round(total, 6), "improvement": round(improvement, 6),
             "efficiency": round(efficiency, 6), "novelty": round(bonus, 6), "penalty": penalty}

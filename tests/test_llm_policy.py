@@ -171,7 +171,7 @@ def test_loop_with_scripted_replies(tmp_path):
         "the diff touches gitresearch.toml; only train.py may change"]
     assert rec[3]["reason"].endswith(rec[3]["attempts"][1]["error"])
     assert "does not apply" in rec[4]["attempts"][0]["error"]
-    assert "does not parse after the diff" in rec[4]["attempts"][1]["error"] and rec[4]["reward"]["penalty"] == 1.0 and rec[4]["reward"]["total"] == -1.0
+    assert "does not parse after the diff" in rec[4]["attempts"][1]["error"] and rec[4]["reward"]["penalty"] == 12.0 and rec[4]["reward"]["total"] == -12.0
     assert rec[4]["rejected_diff"] == rec[4]["attempts"][1]["diff"] and "LR = = 0.1" in rec[4]["rejected_diff"]
     assert rec[6]["val_bpb"] < rec[5]["val_bpb"] < rec[1]["val_bpb"]
     assert all(set(rec[n]["reward"]) == {"total", "improvement", "efficiency", "novelty", "penalty"}

@@ -30,6 +30,6 @@ def test_local_model_garbage_is_recorded_invalid(tmp_path):
     records = [e.record for e in Store(repo).experiments() if e.number > 0]
     assert [r["status"] for r in records] == ["invalid", "invalid"]
     for record in records:
-        assert len(record["attempts"]) == 2 and record["reward"]["penalty"] == 1.0
+        assert len(record["attempts"]) == 2 and record["reward"]["penalty"] == 12.0
         assert record["policy_data"]["backend"] == "local" and record["policy_data"]["prompt_tokens"] > 500
         assert all(a["error"] for a in record["attempts"])

@@ -1,7 +1,9 @@
 """The reward: each term's direction and scale, and its place in every note."""
 import pytest
 
-from gitresearch.config import RewardConfig
+import itertools
+
+from gitresearch.config import ConfigError, RewardConfig, load
 from gitresearch.reward import novelty, reward
 
 BASE = {"noise_std": 0.01, "peak_memory_mb": 1000.0}
@@ -35,7 +37,7 @@ def test_penalties_and_total():
     assert reward(run(status="crash", val_bpb=None), BASE, CFG)["penalty"] == CFG.crash_penalty
     assert reward(run(status="timeout", val_bpb=None), BASE, CFG)["penalty"] == CFG.timeout_penalty
     invalid = reward({"status": "invalid", "novelty": 1.0}, BASE, CFG)
-    assert invalid == {"total": -1.0, "improvement": 0.0, "efficiency": 0.0, "novelty": 0.0, "penalty": 1.0}
+    assert invalid == {"total": -12.0, "improvement": 0.0, "efficiency": 0.0, "novelty": 0.0, "penalty": 12.0}
     assert reward({"status": "invalid", "backend_only": True}, BASE, CFG)["total"] == 0.0
     r = reward(run(val_bpb=1.99, novelty=0.5), BASE, CFG)
     assert r["total"] == pytest.approx(r["improvement"] + r["efficiency"] + r["novelty"] - r["penalty"])
@@ -50,3 +52,29 @@ def test_novelty_is_one_minus_the_closest_jaccard():
     assert novelty(a, [a]) == 0.0
     assert novelty(b, [a, c]) == pytest.approx(1 - 1 / 3)  # shares "LR = 0.1" of 3 distinct lines
     assert novelty(c, [a, b]) == 1.0
+
+
+def test_every_failure_scores_below_every_valid_run():
+    """The order the RL policy relies on: no invalid, crashed or timed-out experiment scores
+    as well as the worst valid one, whatever the extremes of each term."""
+    valid = [reward(run(status=status, val_bpb=value, training_seconds=seconds, peak_memory_mb=memory,
+                        novelty=new, checks=[{"mean": value}]), BASE, CFG)["total"]
+             for status, value, seconds, memory, new in itertools.product(
+                 ("keep", "discard", "early_stop"), (0.1, 2.0, 9.0), (0.0, 60.0, 500.0),
+                 (1.0, 1000.0, 1e6), (0.0, 1.0))]
+    assert min(valid) == pytest.approx(CFG.valid_floor())  # the floor is reached, not only bounded
+    failed = [reward(run(status=status, val_bpb=value, training_seconds=seconds, peak_memory_mb=memory,
+                         novelty=new), BASE, CFG)["total"]
+              for status, value, seconds, memory, new in itertools.product(
+                  ("invalid", "crash", "timeout"), (None, 0.1, float("nan")), (0.0, 60.0, 500.0),
+                  (1.0, 1e6), (0.0, 1.0))]
+    assert max(failed) < min(valid)
+    assert max(failed) == -min(CFG.invalid_penalty, CFG.crash_penalty, CFG.timeout_penalty)
+
+
+def test_config_refuses_penalties_a_valid_run_can_undercut(tmp_path):
+    (tmp_path / "gitresearch.toml").write_text("[reward]\ncrash_penalty = 1.0\n")
+    with pytest.raises(ConfigError, match="crash_penalty = 1.0: a failed experiment must score below any valid run"):
+        load(tmp_path)
+    (tmp_path / "gitresearch.toml").write_text("[reward]\nimprovement_clip = 3.0\ncrash_penalty = 4.5\n")
+    assert load(tmp_path).reward.crash_penalty == 4.5

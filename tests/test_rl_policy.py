@@ -21,13 +21,15 @@ def test_rl_loop_updates_records_and_resumes(tmp_path):
     assert [r["policy_data"]["policy_version"] for r in records] == [0, 0, 1, 1]
     for record in records:  # a random model writes no valid diff: each try is an episode
         assert record["status"] == "invalid" and record["policy"] == "rl"
-        assert record["reward"]["total"] == -1.0 and len(record["attempts"]) == 2
+        assert record["reward"]["total"] == -12.0 and len(record["attempts"]) == 2
     state = repo / ".git" / "gitresearch" / "rl"
     updates = [json.loads(line) for line in (state / "updates.jsonl").read_text().splitlines()]
     assert [u["version"] for u in updates] == [1, 2] and all(u["episodes"] >= 2 for u in updates)
-    assert updates[0]["mean_reward"] == -1.0 and abs(updates[0]["ratio"] - 1.0) < 0.05  # fresh episodes
+    assert updates[0]["mean_reward"] == -12.0 and abs(updates[0]["ratio"] - 1.0) < 0.05  # fresh episodes
     counters = json.loads((state / "counters.json").read_text())
-    assert counters == {"schema": 1, "version": 2, "experiments": 4, "updates": 2}
+    assert {k: counters[k] for k in ("schema", "version", "experiments", "updates")} == {
+        "schema": 2, "version": 2, "experiments": 4, "updates": 2}
+    assert counters["reward_stats"]["count"] == 8 and counters["reward_stats"]["mean"] == -12.0
     # a new loop resumes the learner: version 2 proposes the next experiment
     cli("loop", "--policy", "rl", "--model", str(model), "--max-experiments", "5", cwd=repo)
     newest = Store(repo).experiments()[0].record

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import LLMConfig, RLConfig
+from .base import PolicyError
 
 STATE_FILES = ("adapter", "value_head.pt", "optimizer.pt", "episodes.jsonl", "counters.json")
 
@@ -57,6 +58,45 @@ def reply_logp_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature:
     return torch.cat(tokens, dim=1), torch.cat(entropies, dim=1)
 
 
+@dataclass
+class RunningStats:
+    """Mean and variance of every reward seen (Welford), to normalise rewards whose scale
+    depends on the target's noise and on the penalties."""
+    count: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        delta = value - self.mean
+        self.mean += delta / self.count
+        self.m2 += delta * (value - self.mean)
+
+    def std(self) -> float:
+        return (self.m2 / (self.count - 1)) ** 0.5 if self.count > 1 else 0.0
+
+    def normalise(self, value: float, clip: float) -> float:
+        """(value - mean) / std, clipped; the raw value, clipped, until the rewards have a
+        spread (one reward, or all equal: centring would erase the only signal there is)."""
+        std = self.std()
+        return max(-clip, min(clip, (value - self.mean) / std if std > 1e-8 else value))
+
+
+def make_optimizer(params: list, rl: RLConfig):
+    """AdamW from torch, or bitsandbytes' 8-bit (states quantised blockwise: ~1/4 of AdamW's 8
+    bytes per parameter) or paged (states in unified memory, evicted to the host under
+    pressure; CUDA only, plain on a CPU) variants."""
+    if rl.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=rl.learning_rate)
+    try:
+        import bitsandbytes
+    except ImportError as err:
+        raise PolicyError(f"[rl] optimizer = {rl.optimizer!r} needs bitsandbytes: pip install "
+                          f"'gitresearch[rl8bit]' (or set optimizer = \"adamw\")") from err
+    names = {"adamw8bit": "AdamW8bit", "paged_adamw8bit": "PagedAdamW8bit", "paged_adamw": "PagedAdamW"}
+    return getattr(bitsandbytes.optim, names[rl.optimizer])(params, lr=rl.learning_rate)
+
+
 class OutOfMemory(RuntimeError):
     """An update that ran out of memory even one episode at a time."""
 
@@ -93,11 +133,12 @@ class PPOLearner:
         torch.nn.init.zeros_(self.value_head.weight)
         torch.nn.init.zeros_(self.value_head.bias)
         params = [p for p in self.model.parameters() if p.requires_grad] + list(self.value_head.parameters())
-        self.optimizer = torch.optim.AdamW(params, lr=rl.learning_rate)
+        self.optimizer = make_optimizer(params, rl)
         self.version, self.experiments, self.updates = 0, 0, 0
         self.micro_batch = 0  # episodes per forward pass in an update (0: the minibatch); halved on OOM
         self.scored = 0
         self.episodes: list[Episode] = []
+        self.reward_stats = RunningStats()
         positions = getattr(self.model.config, "max_position_embeddings", None) or getattr(self.model.config, "n_positions", None)
         self.context_tokens = min(llm.context_tokens, positions) if positions else llm.context_tokens
         self.temperature = llm.temperature if llm.temperature > 0 else 1.0  # the policy samples
@@ -194,15 +235,25 @@ class PPOLearner:
 
     def add(self, episode: Episode, reward: float, experiment: int | None = None) -> None:
         episode.reward, episode.experiment = float(reward), experiment
+        self.reward_stats.add(episode.reward)
         self.episodes.append(episode)
         self.episodes = self.episodes[-max(self.rl.replay_size * 4, 64):]
 
+    def scaled_reward(self, episode: Episode) -> float:
+        """The experiment's reward as the update sees it: normalised by the running statistics
+        of all rewards so far (`reward_norm`), else raw."""
+        if not self.rl.reward_norm:
+            return episode.reward
+        return self.reward_stats.normalise(episode.reward, self.rl.reward_clip)
+
     def advantages(self, episode: Episode) -> tuple[torch.Tensor, torch.Tensor]:
-        """GAE over the response tokens with the KL-penalised per-token rewards."""
+        """GAE over the response tokens with the KL-penalised per-token rewards; at the default
+        lam = 1 every token's advantage is the whole reply's return minus its value, so the
+        reward reaches the description and the first hunk, not only the diff's last lines."""
         rl = self.rl
         logp, ref = torch.tensor(episode.logprobs), torch.tensor(episode.ref_logprobs)
         rewards = -rl.kl_coef * (logp - ref)
-        rewards[-1] += episode.reward
+        rewards[-1] += self.scaled_reward(episode)
         values = torch.tensor(episode.values)
         adv, last = torch.zeros_like(values), 0.0
         for t in reversed(range(len(values))):
@@ -228,7 +279,8 @@ class PPOLearner:
         scale = scale if torch.isfinite(scale) and scale > 1e-8 else torch.tensor(1.0)
         gae = [((adv - shift) / scale, ret) for adv, ret in gae]
         self.scored = 0
-        stats = {"episodes": len(batch), "mean_reward": sum(e.reward for e in batch) / len(batch)}
+        stats = {"episodes": len(batch), "mean_reward": sum(e.reward for e in batch) / len(batch),
+                 "reward_mean": self.reward_stats.mean, "reward_std": self.reward_stats.std()}
         totals = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "kl": 0.0,
                   "ratio": 0.0, "clip_frac": 0.0}
         if self.state_dir:
@@ -316,7 +368,8 @@ class PPOLearner:
         tmp = directory / "episodes.jsonl.tmp"
         tmp.write_text("".join(json.dumps(asdict(e)) + "\n" for e in self.episodes))
         tmp.replace(directory / "episodes.jsonl")
-        counters = {"schema": 1, "version": self.version, "experiments": self.experiments, "updates": self.updates}
+        counters = {"schema": 2, "version": self.version, "experiments": self.experiments, "updates": self.updates,
+                    "reward_stats": asdict(self.reward_stats)}
         tmp = directory / "counters.json.tmp"
         tmp.write_text(json.dumps(counters))
         tmp.replace(directory / "counters.json")  # last: a state with counters is complete
@@ -335,3 +388,10 @@ class PPOLearner:
                          (directory / "episodes.jsonl").read_text().splitlines() if line.strip()]
         counters = json.loads((directory / "counters.json").read_text())
         self.version, self.experiments, self.updates = counters["version"], counters["experiments"], counters["updates"]
+        if "reward_stats" in counters:
+            self.reward_stats = RunningStats(**counters["reward_stats"])
+        else:  # schema 1 kept no statistics: rebuilt from the rewarded episodes in the buffer
+            self.reward_stats = RunningStats()
+            for episode in self.episodes:
+                if episode.reward is not None:
+                    self.reward_stats.add(episode.reward)
