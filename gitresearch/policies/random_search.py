@@ -32,6 +32,12 @@ def mutate(value, rng: random.Random):
     return float(f"{value * factor:.3g}")
 
 
+def random_changes(sites: list, rng: random.Random) -> list:
+    """One to three of the sites, each with a mutated value: [(site, new value)]."""
+    chosen = rng.sample(sites, k=min(len(sites), rng.randint(1, 3)))
+    return [(s, new) for s in chosen if (new := mutate(s.value, rng)) is not None]
+
+
 class RandomSearch:
     name = "random"
 
@@ -51,8 +57,7 @@ class RandomSearch:
             sites = find_sites(source, self.skip, cuda=self.cuda, metric=self.metric)
             if not sites:
                 continue
-            chosen = self.rng.sample(sites, k=min(len(sites), self.rng.randint(1, 3)))
-            changes = [(s, new) for s in chosen if (new := mutate(s.value, self.rng)) is not None]
+            changes = random_changes(sites, self.rng)
             if not changes:
                 continue
             diff = self.store.make_diff(path, source, rewrite(source, changes))
