@@ -6,6 +6,7 @@
     gitresearch status | log [-n K] [--json] | show REV [--json] | run [REV]
     gitresearch verify [REV...] [--chain] [--runs K]
     gitresearch plot -o progress.png | export --tsv results.tsv
+    gitresearch pretrain-policy [--out DIR]   # a small policy LM for --policy rl, trained here
     git bisect run gitresearch bisect-run [--rerun] [--threshold X]
 """
 from __future__ import annotations
@@ -102,6 +103,29 @@ def loop(policy, backend, model, base_url, budget, max_experiments, max_hours, p
         outcome = Loop(root, config, display=live.log, on_progress=live.update).run()
     click.echo(f"stopped: {outcome.stop_reason} ({outcome.ran} experiments, {outcome.kept} kept)")
     sys.exit(EXIT_INTERRUPTED if outcome.stop_reason == "interrupted" else 0)
+
+
+@main.command("pretrain-policy")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="where the model goes [GITDIR/gitresearch/policy-lm]")
+@click.option("--examples", type=click.IntRange(1), help="imitation pairs [3000]")
+@click.option("--steps", type=click.IntRange(1), help="optimiser steps [800]")
+@click.option("--seed", type=int, default=0, show_default=True)
+def pretrain_policy(out, examples, steps, seed):
+    """Train a small policy LM by imitation of this repo's constant edits (CPU, no download)."""
+    from dataclasses import replace
+
+    from .policies.pretrain import PretrainConfig, pretrain_repo
+
+    root = _repo_root()
+    store = Store(root)
+    settings = replace(PretrainConfig(), seed=seed, **{k: v for k, v in (("examples", examples), ("steps", steps)) if v})
+    out = out or store.state_dir / "policy-lm"
+    stats = pretrain_repo(store, _load(root), out, settings, log=click.echo)
+    sampled = stats["sampled"]
+    click.echo(f"saved to {out}: {stats['parameters']:,} parameters, reply loss {stats['first_loss']} -> "
+               f"{stats['final_loss']} in {stats['seconds']:.0f} s; {sampled['valid']}/{sampled['samples']} sampled "
+               f"replies valid ({sampled['distinct_valid']} distinct)")
+    click.echo(f"use it: gitresearch loop --policy rl --model {out}  (with [llm] prompt = \"compact\")")
 
 
 @main.command()

@@ -134,6 +134,7 @@ class RewardConfig:
         return -self.improvement_weight * self.improvement_clip - 1.0
 
 
+PROMPTS = ("full", "compact")  # [llm] prompt: what the policy's model reads (policies/prompt.py)
 OPTIMIZERS = ("adamw", "adamw8bit", "paged_adamw8bit", "paged_adamw")
 
 
@@ -182,6 +183,7 @@ class LLMConfig:
     max_backend_failures: int = 3  # consecutive experiments lost to the endpoint stop the loop
     device: str = "auto"  # local backend: auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # local backend: auto | float32 | bfloat16 | float16
+    prompt: str = "full"  # full (agenda, code, history with diffs) | compact (constants, short history)
 
 
 @dataclass(frozen=True)
@@ -307,6 +309,8 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
     if sections["policy"].sampler not in ("tpe", "gp", "cmaes", "qmc"):
         raise ConfigError(f"{path} [policy] sampler = {sections['policy'].sampler!r}: expected "
                           f"\"tpe\", \"gp\", \"cmaes\" or \"qmc\"")
+    if sections["llm"].prompt not in PROMPTS:
+        raise ConfigError(f"{path} [llm] prompt = {sections['llm'].prompt!r}: expected one of {', '.join(PROMPTS)}")
     if sections["rl"].optimizer not in OPTIMIZERS:
         raise ConfigError(f"{path} [rl] optimizer = {sections['rl'].optimizer!r}: expected one of "
                           f"{', '.join(OPTIMIZERS)}")

@@ -3,10 +3,14 @@ its prompt showed, edits only live constants, and shows the model every line it 
 import random
 from pathlib import Path
 
+import pytest
+
 from gitresearch.config import load
 from gitresearch.gitstore import Store
+from gitresearch.policies import PolicyError
 from gitresearch.policies.constants import Site, find_sites
-from gitresearch.policies.imitation import compact_view, examples
+from gitresearch.policies.imitation import examples
+from gitresearch.policies.prompt import compact_view
 from gitresearch.policies.reply import parse_reply
 from helpers import sh
 
@@ -49,3 +53,46 @@ def test_every_reply_parses_and_applies_to_the_file_its_prompt_showed(tmp_path):
         for line in diff.splitlines()[2:]:
             if line[:1] in (" ", "-"):
                 assert line[1:] in ex.prompt.splitlines(), line
+
+
+def test_a_pretrained_policy_lm_learns_the_reply_format_and_is_judged_on_real_applies(tmp_path):
+    from gitresearch.init import init_repo
+    from gitresearch.policies.ppo import PPOLearner
+    from gitresearch.policies.pretrain import PretrainConfig, pretrain_repo
+
+    repo = tmp_path / "research"
+    list(init_repo(repo, "nanochat"))
+    store, config = Store(repo), load(repo)
+    settings = PretrainConfig(examples=300, layers=1, width=48, heads=2, steps=80, batch_size=4,
+                              eval_samples=4, lr=3e-3)
+    stats = pretrain_repo(store, config, tmp_path / "lm", settings, log=lambda line: None)
+    assert stats["final_loss"] < 0.5 * stats["first_loss"], stats  # it learnt the replies' tokens
+    sampled = stats["sampled"]
+    assert sampled["samples"] == 4 and sum(sampled[k] for k in (
+        "valid", "no_diff", "does_not_apply", "does_not_parse", "no_constant_changed")) == 4
+    # it loads as the rl policy's model, and the compact prompt of the repo's state fits it
+    learner = PPOLearner(str(tmp_path / "lm"), config.rl, config.llm)
+    assert learner.context_tokens == settings.positions and learner.render(
+        [{"role": "user", "content": "x"}]) == "USER:\nx\n\nASSISTANT:\n"
+
+
+def test_the_compact_prompt_drops_the_oldest_history_to_fit_and_never_the_constants():
+    from types import SimpleNamespace
+
+    from gitresearch.config import Config
+    from gitresearch.policies import State
+    from gitresearch.policies.prompt import build_compact_prompt
+
+    source = (TARGET / "train.py").read_text()
+    history = [SimpleNamespace(experiment=n, status="discard", val_bpb=2.0 + n / 100, delta=0.01,
+                               description=f"MATRIX_LR 0.005 -> 0.00{n}") for n in range(40, 0, -1)]
+    state = State("0" * 40, {"train.py": source}, history, [], Config())
+    words = lambda text: len(text.split())  # noqa: E731  (a token counter)
+    full = build_compact_prompt(state, words, 100_000, 100)
+    assert full.history_shown == 40 and "#1 discard" in full.messages[0]["content"]
+    fitted = build_compact_prompt(state, words, full.tokens - 30 + 100, 100)
+    assert 0 < fitted.history_shown < 40 and fitted.history_dropped == 40 - fitted.history_shown
+    assert "#40 discard" in fitted.messages[0]["content"] and "#1 discard" not in fitted.messages[0]["content"]
+    assert "MATRIX_LR = 0.005" in fitted.messages[0]["content"] and fitted.tokens <= full.tokens - 30
+    with pytest.raises(PolicyError, match="compact prompt needs"):
+        build_compact_prompt(state, words, 50, 10)

@@ -14,7 +14,7 @@ from ..errors import GitresearchError
 
 from . import InvalidReply, Proposal, State
 from .backends import make_backend
-from .prompt import SYSTEM_PROMPT, build_prompt
+from .prompt import SYSTEM_PROMPT, prompt_for
 from .reply import parse_reply
 
 
@@ -32,7 +32,7 @@ class LLMPolicy:
         self.optimiser = None  # an OptunaSearch when [policy] suggest names a sampler
 
     def prompt(self, state: State):
-        return build_prompt(state, self.backend.count_tokens, self.backend.context_tokens,
+        return prompt_for(state, self.backend.count_tokens, self.backend.context_tokens,
                             self.config.llm.max_tokens, self.system)
 
     def optimiser_view(self, state: State):

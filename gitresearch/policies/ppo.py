@@ -97,6 +97,14 @@ def make_optimizer(params: list, rl: RLConfig):
     return getattr(bitsandbytes.optim, names[rl.optimizer])(params, lr=rl.learning_rate)
 
 
+def render_chat(tokenizer, messages: list[dict]) -> str:
+    """The prompt text of chat messages: the tokenizer's chat template, or plain role headers
+    for a model without one (the imitation-pretrained LM is trained on exactly these)."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return "\n\n".join(f"{m['role'].upper()}:\n{m['content']}" for m in messages) + "\n\nASSISTANT:\n"
+
+
 class OutOfMemory(RuntimeError):
     """An update that ran out of memory even one episode at a time."""
 
@@ -153,9 +161,7 @@ class PPOLearner:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def render(self, messages: list[dict]) -> str:
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return "\n\n".join(f"{m['role'].upper()}:\n{m['content']}" for m in messages) + "\n\nASSISTANT:\n"
+        return render_chat(self.tokenizer, messages)
 
     def generate(self, messages: list[dict], seed: int | None = None) -> tuple[str, Episode]:
         """Sample a reply and score it (behaviour and reference log-probs, values) at once."""

@@ -1,7 +1,11 @@
 """The prompt builder shared by the LLM and RL policies: agenda, the current best code, the
 history window read from git, the best chain, diagnostics, and the failed tries of this
 proposal with their exact errors. It fits a token budget by dropping the oldest history
-first; the code is never cut (a prompt without room for it is an error)."""
+first; the code is never cut (a prompt without room for it is an error).
+
+`[llm] prompt = "compact"` (build_compact_prompt) is the prompt a small model can read: no
+system prompt or agenda, only the lines around each live constant of the editable files, one
+line per past experiment, and the task; the imitation data (imitation.py) is written in it."""
 from __future__ import annotations
 
 import re
@@ -9,12 +13,17 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..resources import resource
+from ..workers import visible_gpus
 from . import PolicyError, State
+from .constants import Site, find_sites
 
 SYSTEM_PROMPT = (resource("policy") / "system_prompt.md").read_text().rstrip("\n")  # policy/system_prompt.md
 
 REPLY_CHARS_FED_BACK = 4000  # of a failed reply, repeated to the model with its error
 AGENDA_TRUNCATED = "\n[... agenda truncated to fit the context]"
+CONTEXT_LINES = 3  # around each constant in the compact view: the context a unified diff needs
+COMPACT_TASK = ("Propose the next experiment: one change to the current best. Reply with the "
+                "Description line and one ```diff block.")
 
 
 def fence(text: str, lang: str = "") -> str:
@@ -134,3 +143,70 @@ def build_prompt(state: State, count_tokens: Callable[[str], int], context_token
     user = "\n\n".join(head + [history] + tail)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": user}] + retries
     return Prompt(messages, used, shown, len(entries) - shown)
+
+
+def compact_view(source: str, sites: list[Site], context: int = CONTEXT_LINES) -> str:
+    """The file's lines within `context` of a live constant, in runs headed by their line
+    numbers ("# lines 12-30"); the lines between runs are left out."""
+    lines = source.splitlines()
+    keep = sorted({i for s in sites for i in range(s.line - 1 - context, s.line + context)
+                   if 0 <= i < len(lines)})
+    runs: list[list[int]] = []
+    for i in keep:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return "\n".join(f"# lines {run[0] + 1}-{run[-1] + 1}\n" + "\n".join(lines[i] for i in run)
+                     for run in runs)
+
+
+def history_line(number, status: str, value, delta, description: str) -> str:
+    """One past experiment in the compact prompt."""
+    return f"#{number} {status} {_num(value, '.6f')} ({_num(delta, '+.6f')}): {description}"
+
+
+def compact_prompt(files: dict[str, str], sites: dict[str, list[Site]], history: list[str] = (),
+                   metric: str = "val_bpb") -> str:
+    """The user message of the compact prompt: each editable file's constants with their
+    context, the given history lines (newest first), then the task."""
+    views = [f"## {path}\n{fence(compact_view(source, sites[path]), 'python')}"
+             for path, source in sorted(files.items()) if sites.get(path)]
+    past = "\n".join(history) or "(none yet)"
+    return ("# The current best: its constants\n" + "\n\n".join(views)
+            + f"\n\n# Past experiments ({metric}, lower is better; newest first)\n{past}"
+            + f"\n\n# Your task\n{COMPACT_TASK}")
+
+
+def build_compact_prompt(state: State, count_tokens: Callable[[str], int], context_tokens: int,
+                         reply_tokens: int) -> Prompt:
+    """The compact prompt for `state`, within context_tokens - reply_tokens: history lines
+    are dropped oldest first; the constants' view is never cut."""
+    config = state.config
+    cuda = bool(visible_gpus())  # the runner gives each run a GPU when this machine has one
+    sites = {path: find_sites(source, config.policy.skip_constants, cuda=cuda, metric=config.metric.name)
+             for path, source in state.files.items()}
+    lines = [history_line(e.experiment, e.status, e.val_bpb, e.delta, e.description) for e in state.history]
+    retries = []
+    for attempt in state.attempts[-2:]:
+        retries += [{"role": "assistant", "content": (attempt.reply or attempt.diff or "(empty reply)")[:REPLY_CHARS_FED_BACK]},
+                    {"role": "user", "content": f"Rejected: {attempt.error[:600]}\nReply again: Description line, then one ```diff block."}]
+    budget = context_tokens - reply_tokens - sum(count_tokens(m["content"]) for m in retries) - 16
+    shown = len(lines)
+    user = compact_prompt(state.files, sites, lines, config.metric.name)
+    while count_tokens(user) > budget:
+        if shown == 0:
+            raise PolicyError(f"the compact prompt needs {count_tokens(user)} tokens, over the {budget} "
+                              f"the context leaves ([llm] context_tokens {context_tokens} - max_tokens {reply_tokens})")
+        shown = max(0, shown - max(1, shown // 4))
+        user = compact_prompt(state.files, sites, lines[:shown], config.metric.name)
+    messages = [{"role": "user", "content": user}] + retries
+    return Prompt(messages, count_tokens(user), shown, len(lines) - shown)
+
+
+def prompt_for(state: State, count_tokens: Callable[[str], int], context_tokens: int,
+               reply_tokens: int, system: str = SYSTEM_PROMPT) -> Prompt:
+    """The prompt `[llm] prompt` asks for: full (build_prompt) or compact."""
+    if state.config.llm.prompt == "compact":
+        return build_compact_prompt(state, count_tokens, context_tokens, reply_tokens)
+    return build_prompt(state, count_tokens, context_tokens, reply_tokens, system)

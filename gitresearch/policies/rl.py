@@ -20,7 +20,7 @@ import random
 from . import InvalidReply, PolicyError, Proposal, State
 from .llm import load_system_prompt
 from .ppo import PPOLearner
-from .prompt import build_prompt
+from .prompt import prompt_for
 from .reply import parse_reply
 
 
@@ -41,7 +41,7 @@ class RLPolicy:
         if state.attempts and self.pending is not None:  # the last sample failed validation
             self.learner.add(self.pending, -self.config.reward.invalid_penalty)
             self.pending = None
-        prompt = build_prompt(state, self.learner.count_tokens, self.learner.context_tokens,
+        prompt = prompt_for(state, self.learner.count_tokens, self.learner.context_tokens,
                               self.config.llm.max_tokens, self.system)
         seed = self.rng.randrange(2 ** 31) if self.config.rl.seed is not None else None
         text, episode = self.learner.generate(prompt.messages, seed=seed)

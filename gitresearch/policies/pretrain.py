@@ -1,0 +1,191 @@
+"""Pre-train a small policy LM by imitation, on a CPU, with no downloaded weights: a byte-level
+BPE tokenizer and a small GPT-2, both trained here on imitation examples (imitation.py) in
+the compact prompt, the loss on the reply's tokens only. The result loads with `--model DIR`
+like any local model; the rl policy then fine-tunes it with PPO on real rewards.
+
+    gitresearch pretrain-policy --out .gitresearch/policy-lm        # in a research repo
+    gitresearch loop --policy rl --model .gitresearch/policy-lm     # needs [llm] prompt = "compact"
+
+After training it samples replies to the loop's first prompt (best's files, made-up history)
+and reports the share that parse, apply to best with `git apply` and change a live constant.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .constants import find_sites
+from .imitation import Example, examples
+from .ppo import render_chat
+from .reply import parse_reply
+from . import InvalidReply
+
+EOS = "<|endoftext|>"
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    examples: int = 3000  # imitation pairs to train on
+    vocab_size: int = 1024  # BPE tokens
+    layers: int = 4
+    width: int = 128  # channels of the residual stream
+    heads: int = 4
+    positions: int = 1024  # tokens the model reads (prompt + reply)
+    steps: int = 800  # optimiser steps
+    batch_size: int = 8  # sequences per step
+    lr: float = 2e-3  # AdamW peak; linear warmup over 5 % of the steps, cosine to 10 %
+    seed: int = 0
+    eval_samples: int = 40  # replies sampled after training to measure the valid share
+    temperature: float = 0.7  # of those samples: the [llm] temperature the policy samples at
+
+
+def train_tokenizer(texts: list[str], vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, pad_token=EOS)
+
+
+def encode(tokenizer, example: Example, positions: int) -> tuple[list[int], list[int]] | None:
+    """(input ids, labels) with the prompt's labels masked (-100); None if it does not fit."""
+    prompt = tokenizer(render_chat(tokenizer, [{"role": "user", "content": example.prompt}]),
+                       add_special_tokens=False)["input_ids"]
+    reply = tokenizer(example.reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    if len(prompt) + len(reply) > positions:
+        return None
+    return prompt + reply, [-100] * len(prompt) + reply
+
+
+def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, str], str],
+             config: PretrainConfig = PretrainConfig(), skip: tuple[str, ...] = (), metric: str = "val_bpb",
+             log: Callable[[str], None] = print) -> dict:
+    """Train the tokenizer and the model on imitation examples of `files`; save both to `out`."""
+    from transformers import GPT2Config, GPT2LMHeadModel, set_seed
+
+    started = time.monotonic()
+    set_seed(config.seed)
+    pairs = examples(files, random.Random(config.seed), make_diff, config.examples, skip, metric=metric)
+    tokenizer = train_tokenizer([render_chat(None, [{"role": "user", "content": e.prompt}]) + e.reply
+                                 for e in pairs], config.vocab_size)
+    data = [seq for e in pairs if (seq := encode(tokenizer, e, config.positions))]
+    if not data:
+        raise ValueError(f"no example fits in {config.positions} positions")
+    model = GPT2LMHeadModel(GPT2Config(
+        vocab_size=len(tokenizer), n_positions=config.positions, n_embd=config.width, n_layer=config.layers,
+        n_head=config.heads, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.eos_token_id))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
+    warmup = max(1, config.steps // 20)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min((s + 1) / warmup, 0.1 + 0.45 * (
+        1 + math.cos(math.pi * min(1.0, s / config.steps)))))
+    rng, losses, tokens = random.Random(config.seed), [], 0
+    model.train()
+    for step in range(config.steps):
+        batch = [data[rng.randrange(len(data))] for _ in range(config.batch_size)]
+        width = max(len(ids) for ids, _ in batch)
+        ids = torch.tensor([i + [tokenizer.eos_token_id] * (width - len(i)) for i, _ in batch])
+        labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
+        mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in batch])
+        tokens += int(mask.sum())
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+        if (step + 1) % max(1, config.steps // 10) == 0:
+            log(f"step {step + 1}/{config.steps}: reply loss {sum(losses[-20:]) / len(losses[-20:]):.4f}")
+    model.eval()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    stats = {"schema": 1, "config": asdict(config), "examples": len(data), "parameters": model.num_parameters(),
+             "tokens_seen": tokens,
+             "first_loss": round(sum(losses[:20]) / len(losses[:20]), 4),
+             "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
+             "seconds": round(time.monotonic() - started, 1)}
+    (out / "pretrain.json").write_text(json.dumps(stats, indent=2) + "\n")
+    return stats
+
+
+def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[str], dict[str, str]],
+                make_diff: Callable[[str, str, str], str], samples: int, temperature: float = 0.7,
+                seed: int = 0, skip: tuple[str, ...] = (), metric: str = "val_bpb") -> dict:
+    """Sample replies to compact prompts of `files` (made-up histories) and count those that
+    parse, apply (`apply(diff)` -> the new files, raising on failure) and change at least one
+    live constant; and how many of the valid diffs are distinct."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from ..gitstore import InvalidDiff
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    prompts = [e.prompt for e in examples(files, random.Random(10_000 + seed), make_diff, samples,
+                                          skip, metric=metric, wander=0)]
+    generation = GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+                                  max_new_tokens=384, eos_token_id=tokenizer.eos_token_id,
+                                  pad_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(seed)
+    counts = {"valid": 0, "no_diff": 0, "does_not_apply": 0, "does_not_parse": 0, "no_constant_changed": 0}
+    diffs = set()
+    for prompt in prompts:
+        ids = tokenizer(render_chat(tokenizer, [{"role": "user", "content": prompt}]),
+                        add_special_tokens=False, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=generation)
+        text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        try:
+            _, diff = parse_reply(text, files, make_diff)
+            new = apply(diff)
+        except InvalidReply:
+            counts["no_diff"] += 1
+            continue
+        except InvalidDiff:
+            counts["does_not_apply"] += 1
+            continue
+        before = {(p, s.name): s.value for p, src in files.items() for s in find_sites(src, skip, metric=metric)}
+        try:
+            after = {(p, s.name): s.value for p, src in new.items() for s in find_sites(src, skip, metric=metric)}
+        except SyntaxError:
+            counts["does_not_parse"] += 1
+            continue
+        if before == after:
+            counts["no_constant_changed"] += 1
+            continue
+        counts["valid"] += 1
+        diffs.add(diff)
+    return {"samples": samples, **counts, "valid_share": counts["valid"] / samples, "distinct_valid": len(diffs)}
+
+
+def pretrain_repo(store, config, out: Path, settings: PretrainConfig = PretrainConfig(),
+                  log: Callable[[str], None] = print) -> dict:
+    """Pre-train on best's editable files of a research repo and measure the valid share of
+    replies to its compact prompt; the figures also go to OUT/pretrain.json."""
+    best = store.best() or store.resolve("HEAD")
+    files = {path: store.read_file(best, path) for path in config.files.editable}
+    skip, metric = config.policy.skip_constants, config.metric.name
+    stats = pretrain(files, out, store.make_diff, settings, skip, metric, log)
+
+    def apply(diff: str) -> dict[str, str]:
+        tree, _ = store.apply_diff(best, diff)
+        return {path: store.tree_file(tree, path) for path in files}
+
+    stats["sampled"] = valid_share(out, files, apply, store.make_diff, settings.eval_samples,
+                                   settings.temperature, settings.seed, skip, metric)
+    (Path(out) / "pretrain.json").write_text(json.dumps(stats, indent=2) + "\n")
+    return stats
