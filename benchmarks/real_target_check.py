@@ -5,14 +5,28 @@ their repos' notes the way `bench research` reads the gym's, side by side.
     gitresearch init --template nanochat /work/realcheck/random
     (cd /work/realcheck/random && OMP_NUM_THREADS=1 gitresearch loop --policy random --seed 0 \
         --budget 30 --max-experiments 60) &
-    gitresearch init --template nanochat /work/realcheck/optuna-tpe
-    (cd /work/realcheck/optuna-tpe && OMP_NUM_THREADS=1 gitresearch loop --policy optuna \
-        --sampler tpe --seed 0 --budget 30 --max-experiments 60) &
+    gitresearch init --template nanochat /work/realcheck/optuna-gp
+    (cd /work/realcheck/optuna-gp && OMP_NUM_THREADS=1 gitresearch loop --policy optuna \
+        --sampler gp --seed 0 --budget 30 --max-experiments 60) &
     # the figures
-    python benchmarks/real_target_check.py /work/realcheck/random /work/realcheck/optuna-tpe \
+    python benchmarks/real_target_check.py /work/realcheck/random /work/realcheck/optuna-gp \
         --out benchmarks/results/real_target_check.json
 
-Two loops at a time with one thread each, as the gym's runs were recorded.
+Two loops at a time with one thread each, as the gym's runs were recorded; nothing else
+running beside them (a slower run has fewer steps and a worse value). optuna-gp: GP is the
+better Optuna sampler on the gym (docs/gym.md).
+
+The loops take longer than a session (the random policy's many near-null edits pass the
+screen by noise and are confirmed by pairs of 30 s runs: about 4 experiments an hour at the
+start), so their repos travel as git bundles (everything the loop resumes from is in git):
+
+    # save, after stopping the loops with Ctrl-C (SIGINT)
+    for p in random optuna-gp; do git -C /work/realcheck/$p bundle create \
+        $PWD/benchmarks/data/realcheck/$p.bundle --all; done
+    # restore, then run the loop commands above again (without the init)
+    for p in random optuna-gp; do r=/work/realcheck/$p; git init -q --bare $r/.git && \
+        git -C $r/.git fetch -q $PWD/benchmarks/data/realcheck/$p.bundle '+refs/*:refs/*' && \
+        git -C $r/.git config core.bare false && git -C $r checkout -q -f master; done
 
 Output: JSON {"repos": {name: {"experiments", "best_by_experiment", "compute_s", "statuses"}},
 "ranking": [names, best final first]} and one line per repo on stderr.

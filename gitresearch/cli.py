@@ -76,6 +76,7 @@ def init(directory: Path, template: str | None):
 @click.option("--backend", type=click.Choice(["openai", "local"]), help="[llm] backend")
 @click.option("--model", help="[llm] model: the endpoint's model name, or a local path / hub id")
 @click.option("--base-url", help="[llm] base_url of an OpenAI-compatible endpoint")
+@click.option("--prompt", type=click.Choice(["full", "compact"]), help="[llm] prompt: compact for small models")
 @click.option("--budget", type=float, help="training seconds per experiment [run] budget_s")
 @click.option("--max-experiments", type=int, help="stop when the repo holds this many experiments")
 @click.option("--max-hours", type=float, help="stop after this many hours")
@@ -89,14 +90,14 @@ def init(directory: Path, template: str | None):
 @click.option("--remote", help="a git remote shared with other machines [loop] remote")
 @click.option("--no-sandbox", is_flag=True, default=None,
               help="run train.py without a sandbox, with your file access ([sandbox] mode = \"none\")")
-def loop(policy, backend, model, base_url, budget, max_experiments, max_hours, patience, early_stop, seed,
+def loop(policy, backend, model, base_url, prompt, budget, max_experiments, max_hours, patience, early_stop, seed,
          sampler, suggest, agent_command, workers, remote, no_sandbox):
     """Run experiments until a stop condition; resumes from git state after any stop."""
     root = _repo_root()
     config = _load(root, **{"run.budget_s": budget, "loop.max_experiments": max_experiments,
                             "loop.max_hours": max_hours, "loop.patience": patience,
                             "early_stop.enabled": early_stop, "policy.seed": seed,
-                            "policy.sampler": sampler, "policy.agent_command": agent_command, "policy.suggest": suggest, "policy.name": policy, "llm.backend": backend, "llm.model": model,
+                            "policy.sampler": sampler, "policy.agent_command": agent_command, "policy.suggest": suggest, "policy.name": policy, "llm.backend": backend, "llm.model": model, "llm.prompt": prompt,
                             "llm.base_url": base_url, "loop.workers": workers, "loop.remote": remote,
                             "sandbox.mode": "none" if no_sandbox else None})
     with report.LiveProgress(console, config.metric.name) as live:
@@ -284,17 +285,20 @@ def bench_early_stop(curves, interval, min_fraction, beta, alpha, noise, methods
 @click.option("--experiments", type=int, default=200, show_default=True, help="per loop, the baseline included")
 @click.option("--seeds", type=int, default=5, show_default=True)
 @click.option("--parallel", type=int, default=2, show_default=True, help="loops at a time")
+@click.option("--model", help="--model of the llm and rl policies' loops (a local path for rl)")
+@click.option("--prompt", type=click.Choice(["full", "compact"]), help="--prompt of the llm and rl policies' loops")
 @click.option("--json", "as_json", is_flag=True, help="the whole result as JSON on stdout")
 @click.option("--results", type=click.Path(dir_okay=False, path_type=Path), help="write the result as JSON here")
 @click.option("-o", "output", type=click.Path(dir_okay=False, path_type=Path), help="plot (PNG) here")
-def bench_research_cmd(target, policies, experiments, seeds, parallel, as_json, results, output):
+def bench_research_cmd(target, policies, experiments, seeds, parallel, model, prompt, as_json, results, output):
     """Full loops per policy and seed on the research gym: best so far against experiments and
     compute, experiments to reach random search's final best, area under the curve."""
     from . import research_bench
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
+    extra = [*(["--model", model] if model else []), *(["--prompt", prompt] if prompt else [])]
     result = research_bench.bench_research(names, experiments, seeds, parallel, target,
-                                           progress=None if as_json else click.echo)
+                                           progress=None if as_json else click.echo, model_args=extra)
     if results:
         research_bench.write_json(result, results)
     if output:

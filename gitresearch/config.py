@@ -108,7 +108,7 @@ class PolicyConfig:
     max_tries: int = 3  # proposals tried (each failure fed back) before recording `invalid`
     max_diff_bytes: int = 65536  # larger diffs are invalid
     system_prompt: str = ""  # file with a system prompt replacing the built-in one
-    seed: int | None = None  # random and optuna policies' seed; None: fresh entropy
+    seed: int | None = None  # random, optuna (and rl, unless [rl] seed) policies' seed; None: fresh entropy
     skip_constants: tuple[str, ...] = ()  # constants the random and optuna policies leave alone
     sampler: str = "tpe"  # optuna policy: tpe | gp | cmaes | qmc
     suggest: str = ""  # llm policy: "" | tpe | gp: show this sampler's suggestion in the prompt
@@ -159,7 +159,7 @@ class RLConfig:
     update_every: int = 4  # experiments between updates
     replay_size: int = 32  # the newest episodes an update learns from
     max_staleness: int = 2  # drop episodes generated more than this many versions ago
-    seed: int | None = None  # sampling seed; None: fresh entropy
+    seed: int | None = None  # sampling seed; None: [policy] seed (loop --seed), else fresh entropy
     logit_chunk: int = 64  # reply positions per chunk of the log-softmax and entropy
     gradient_checkpointing: bool = True  # recompute the model's activations in the backward pass
     optimizer: str = "adamw"  # adamw (torch) | adamw8bit | paged_adamw8bit | paged_adamw (bitsandbytes)

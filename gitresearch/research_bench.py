@@ -36,18 +36,23 @@ class BenchError(GitresearchError):
     pass
 
 
-def loop_args(policy: str) -> list[str]:
-    """`random`, `optuna-tpe` (any sampler), or any other --policy name as it is."""
+MODEL_POLICIES = ("llm", "rl")  # the policies that take --model and --prompt
+
+
+def loop_args(policy: str, model_args: list[str] = ()) -> list[str]:
+    """`random`, `optuna-tpe` (any sampler), or any other --policy name as it is; the llm and
+    rl policies get `model_args` (--model, --prompt)."""
     if policy.startswith("optuna-"):
         return ["--policy", "optuna", "--sampler", policy.split("-", 1)[1]]
-    return ["--policy", policy]
+    return ["--policy", policy, *(model_args if policy in MODEL_POLICIES else [])]
 
 
-def run_one(policy: str, seed: int, experiments: int, workdir: Path, target: str = "gym") -> list[dict]:
+def run_one(policy: str, seed: int, experiments: int, workdir: Path, target: str = "gym",
+            model_args: list[str] = ()) -> list[dict]:
     """One loop; its experiments' notes, in order."""
     repo = workdir / f"{policy}-seed{seed}"
     init_repo(repo, template=target)
-    command = [sys.executable, "-m", "gitresearch", "loop", *loop_args(policy), "--seed", str(seed),
+    command = [sys.executable, "-m", "gitresearch", "loop", *loop_args(policy, model_args), "--seed", str(seed),
                "--max-experiments", str(experiments)]
     proc = subprocess.run(command, cwd=repo, capture_output=True, text=True,
                           env=dict(os.environ, COLUMNS="120"))
@@ -143,7 +148,8 @@ def summarise(runs: dict[str, list[dict]], compute_points: int = 50) -> dict:
 
 
 def bench_research(policies: list[str], experiments: int, seeds: int, parallel: int = 2,
-                   target: str = "gym", workdir: Path | None = None, progress=None) -> dict:
+                   target: str = "gym", workdir: Path | None = None, progress=None,
+                   model_args: list[str] = ()) -> dict:
     """Every (policy, seed) loop, then the summary; the raw trajectories are kept in "runs"."""
     jobs = [(p, s) for s in range(seeds) for p in policies]
     with tempfile.TemporaryDirectory(prefix="gitresearch-bench-") as tmp:
@@ -151,7 +157,7 @@ def bench_research(policies: list[str], experiments: int, seeds: int, parallel: 
 
         def job(item):
             policy, seed = item
-            result = trajectory(run_one(policy, seed, experiments, root, target))
+            result = trajectory(run_one(policy, seed, experiments, root, target, model_args))
             result["ended_early"] = len(result["best"]) < experiments + 1  # the policy ran out
             while len(result["best"]) < experiments + 1:  # no more progress, no more compute
                 for key in ("best", "compute"):

@@ -39,7 +39,8 @@ def test_every_reply_parses_and_applies_to_the_file_its_prompt_showed(tmp_path):
         sh("git", "add", "train.py", cwd=repo)
         sh("git", "commit", "-qm", "start", "--allow-empty", cwd=repo)
         description, diff = parse_reply(ex.reply, {"train.py": ex.before}, store.make_diff)
-        assert diff.startswith("--- a/train.py\n+++ b/train.py\n@@ ")
+        assert diff.startswith("--- a/train.py\n+++ b/train.py\n@@ ") and all(
+            line.endswith(" @@") for line in diff.splitlines() if line.startswith("@@"))
         tree, changed = store.apply_diff(store.resolve("HEAD"), diff)
         assert changed == ["train.py"] and store.tree_file(tree, "train.py") == ex.after
         before = {s.name: s.value for s in find_sites(ex.before, config.policy.skip_constants)}

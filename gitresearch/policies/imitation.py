@@ -16,6 +16,7 @@ unchanged (tests/test_imitation.py checks both on a real repo).
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -37,10 +38,16 @@ class Example:
     after: str  # its text once the reply's diff is applied
 
 
+HUNK_SECTION = re.compile(r"^(@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@).*$", re.MULTILINE)
+
+
 def plain_diff(git_diff: str) -> str:
-    """A libgit2 patch without its `diff --git` and `index` lines: from `--- a/` on."""
+    """A libgit2 patch as people write one: from `--- a/` on (no `diff --git` or `index`
+    line), hunk headers without the enclosing line git appends (nothing to copy that git
+    apply does not read)."""
     start = git_diff.find("\n--- ")
-    return git_diff[start + 1:] if not git_diff.startswith("--- ") and start >= 0 else git_diff
+    diff = git_diff[start + 1:] if not git_diff.startswith("--- ") and start >= 0 else git_diff
+    return HUNK_SECTION.sub(r"\1", diff)
 
 
 def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[[str, str, str], str],

@@ -34,7 +34,9 @@ class RLPolicy:
             raise PolicyError("the rl policy needs a local model: --model PATH_OR_HUB_ID ([llm] model)")
         self.learner = learner or PPOLearner(config.llm.model, config.rl, config.llm, self.state_dir)
         self.system = load_system_prompt(store.root, config.policy.system_prompt)
-        self.rng = random.Random(config.rl.seed)
+        # [rl] seed, else the loop's --seed ([policy] seed), so bench research's seeds differ
+        self.seed = config.rl.seed if config.rl.seed is not None else config.policy.seed
+        self.rng = random.Random(self.seed)
         self.pending = None  # the episode of the last sample, waiting for its reward
 
     def propose(self, state: State) -> Proposal:
@@ -43,7 +45,7 @@ class RLPolicy:
             self.pending = None
         prompt = prompt_for(state, self.learner.count_tokens, self.learner.context_tokens,
                               self.config.llm.max_tokens, self.system)
-        seed = self.rng.randrange(2 ** 31) if self.config.rl.seed is not None else None
+        seed = self.rng.randrange(2 ** 31) if self.seed is not None else None
         text, episode = self.learner.generate(prompt.messages, seed=seed)
         self.pending = episode
         data = {"policy_version": self.learner.version, "model": self.config.llm.model,
