@@ -27,7 +27,9 @@ Output: one JSON object per run and line, the curve-corpus format that
 {"id": str, "budget_s": float, "points": [[t_seconds, val_bpb], ...], "final": float | null,
  "status": "ok" | "diverged" | "crash", "config": {constant: value}, "steps": int | null}
 (lines in the order the runs finished; "steps" is the training steps the run made, its
-throughput, absent in the first corpora)
+throughput, absent in the first corpora). With --curve train_loss the points are the training
+loss of the progress lines, [t, loss] with t from the line's percent of the budget, and each
+record has "source": "train_loss" (the bench maps them as the loop does).
 `final` is the run's val_bpb as the frozen evaluate.py measures it on the saved model; the
 points are train.py's cheap periodic estimates (on held-out train tokens since the
 evaluator took over; on the first validation tokens in corpora recorded before).
@@ -47,6 +49,9 @@ from pathlib import Path
 from target_eval import evaluated_val_bpb
 
 from pysource import set_constant
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
+from gitresearch import metrics  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "target_repo"
@@ -164,8 +169,14 @@ def run_config(run_id: str, config: dict, args, threads: int, edit=None) -> dict
         "diverged" if "diverged" in proc.stdout else "crash")
     curve = [[p["t"], p["val_bpb"]] for p in points if not p.get("final") and "val_bpb" in p]
     steps = max((p.get("step") or 0 for p in points), default=None)
+    extra = {}
+    if args.curve == "train_loss":  # what the runner reads off the progress lines, as printed
+        lines = [metrics.parse_progress(line) for line in proc.stdout.replace("\r", "\n").splitlines()]
+        lines = [p for p in lines if p and p["percent"] is not None and metrics.is_finite(p["train_loss"])]
+        curve = [[metrics.progress_time(p, 0.0, args.budget), p["train_loss"]] for p in lines]
+        extra = {"source": "train_loss"}
     return {"id": run_id, "budget_s": args.budget, "points": curve, "final": final, "status": status,
-            "config": config, "steps": steps}
+            "config": config, "steps": steps, **extra}
 
 
 def main() -> int:
@@ -175,6 +186,8 @@ def main() -> int:
                         help="a constant fixed for every run (charlm: MODEL=gru, DATA=markov)")
     parser.add_argument("--order", choices=("random", "climb"), default="random")
     parser.add_argument("--runs", type=int, default=64)
+    parser.add_argument("--curve", choices=("metric", "train_loss"), default="metric",
+                        help="the points: the metric points, or the progress lines' training loss")
     parser.add_argument("--budget", type=float, default=40.0, help="training seconds per run")
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)

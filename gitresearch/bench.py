@@ -10,7 +10,7 @@ from pathlib import Path
 
 from scipy import stats
 
-from . import earlystop
+from . import earlystop, losscurve
 from .confirm import pooled_noise
 from .forecast import UNTRUSTED_SD, Calibration, FinishedRun
 
@@ -25,6 +25,7 @@ class Run:
     times: list[float]
     values: list[float]
     config: str = ""  # the run's settings as sorted JSON: equal strings are repeats
+    source: str = "metric"  # metric | train_loss (progress lines, smoothed as the loop does)
 
     def seen_until(self, t: float) -> list[dict]:
         return [{"t": ti, "val_bpb": v} for ti, v in zip(self.times, self.values) if ti <= t + 1e-9]
@@ -46,9 +47,12 @@ def load_curves(path: Path) -> list[Run]:
         pairs = [(float(t), float("nan") if v is None else float(v)) for t, v in pairs]
         final = rec.get("final")
         final = float(final) if isinstance(final, (int, float)) and math.isfinite(final) else None
-        runs.append(Run(str(rec["id"]), float(rec["budget_s"]), final,
-                        [t for t, _ in pairs], [v for _, v in pairs],
-                        json.dumps(rec.get("config"), sort_keys=True) if "config" in rec else ""))
+        source = rec.get("source", "metric")
+        values = [v for _, v in pairs]
+        if source == "train_loss":
+            values = losscurve.smoothed(values)
+        runs.append(Run(str(rec["id"]), float(rec["budget_s"]), final, [t for t, _ in pairs], values,
+                        json.dumps(rec.get("config"), sort_keys=True) if "config" in rec else "", source))
     if not runs:
         raise ValueError(f"{path}: no curves")
     return runs
@@ -63,6 +67,18 @@ def corpus_noise(runs: list[Run]) -> tuple[float, int] | None:
             groups.setdefault(run.config, []).append(run.final)
     noise = pooled_noise(groups.values(), confidence=0.9)  # the keep rule's pooling (docs/keep.md)
     return (noise.std, noise.dof) if noise else None
+
+
+def loss_slope(runs: list[Run]) -> float:
+    """Metric per unit of training loss over the corpus's finished runs (final against the last
+    smoothed loss): the noise floor, in metric units, divided by it is the race line's floor in
+    loss units. The loop refits the map on the runs before each one; the bench, fitting once
+    on the whole corpus, is in sample for that one number."""
+    pairs = [(r.values[-1], r.final) for r in runs if r.final is not None and r.values]
+    fit = stats.linregress([p[0] for p in pairs], [p[1] for p in pairs])
+    if not fit.slope > 0:
+        raise ValueError(f"the training loss of this corpus does not track its finals (slope {fit.slope:.3g})")
+    return float(fit.slope)
 
 
 def rate_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -205,6 +221,8 @@ def replay_corpora(paths: list[Path], methods, interval: float | None, min_fract
                                       beta=beta, alpha=alpha)
         measured = corpus_noise(runs)
         corpus_sd = noise if noise is not None else (measured[0] if measured else 0.0)
+        if runs[0].source == "train_loss":
+            corpus_sd /= loss_slope(runs)
         for method in methods:
             row = replay(runs, method, settings, corpus_sd)
             row.update(corpus=Path(path).stem, noise=corpus_sd,

@@ -29,7 +29,16 @@ from .loop import Loop
 from .policies import POLICIES
 from .trial import run_commit
 
-console = Console(stderr=True)
+UNWRAPPED = 4096  # columns for output to a file or pipe: rich's 80 would wrap long lines
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A terminal gets its own width; a file or pipe gets lines that are never wrapped."""
+    probe = Console(stderr=stderr)
+    return probe if probe.is_terminal else Console(stderr=stderr, width=UNWRAPPED)
+
+
+console = make_console(stderr=True)
 
 
 class ErrorExit(click.ClickException):
@@ -65,9 +74,13 @@ def main():
 @main.command()
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--template", type=click.Choice(["nanochat", "gym"]), help="copy a bundled target first")
-def init(directory: Path, template: str | None):
-    """Make DIRECTORY a research repo: config, hook, notes display, and `best` at HEAD."""
-    for line in init_repo(directory, template):
+@click.option("--commit/--no-commit", default=None,
+              help="commit gitresearch.toml before best is created (default: ask on a terminal)")
+@click.option("--probe", is_flag=True, help="time one run of HEAD and set grace_s from it")
+def init(directory: Path, template: str | None, commit: bool | None, probe: bool):
+    """Make DIRECTORY a research repo: write gitresearch.toml, commit it, create `best` there."""
+    ask = (lambda question: click.confirm(question, default=True)) if sys.stdin.isatty() else None
+    for line in init_repo(directory, template, commit=commit, probe=probe, ask=ask):
         click.echo(line)
 
 
@@ -171,7 +184,7 @@ def verify(revs, chain, runs, budget, as_json, no_sandbox):
         for entry in done:
             click.echo(json.dumps(entry))
     else:
-        report.print_verify(done, Console())
+        report.print_verify(done, make_console())
     sys.exit(0 if done and all(e["verdict"] == "confirmed" for e in done) else EXIT_NEGATIVE)
 
 
@@ -185,7 +198,7 @@ def status(as_json):
     if as_json:
         click.echo(json.dumps(report.summarise(store, config)))
     else:
-        report.print_status(store, Console(), config)
+        report.print_status(store, make_console(), config)
 
 
 @main.command()
@@ -199,7 +212,7 @@ def log(count, as_json):
         for row in rows:
             click.echo(json.dumps(row))
     else:
-        report.print_log(rows, Console(), _load(root).metric.name)
+        report.print_log(rows, make_console(), _load(root).metric.name)
 
 
 @main.command()
@@ -218,7 +231,7 @@ def plot(output):
     """Chart every experiment's metric and the running best (PNG, headless)."""
     root = _repo_root()
     count = export.plot(Store(root), output, metric=_load(root).metric.name)
-    click.echo(f"wrote {output} ({count} experiments)")
+    click.echo(f"wrote {output} ({count} experiments and the baseline)")
 
 
 @main.command("export")
@@ -227,7 +240,7 @@ def plot(output):
 def export_cmd(tsv):
     """Export the experiments as autoresearch's results.tsv (commit, val_bpb, memory_gb, status, description)."""
     count = export.export_tsv(Store(_repo_root()), tsv)
-    click.echo(f"wrote {tsv} ({count} experiments)")
+    click.echo(f"wrote {tsv} ({count} experiments and the baseline)")
 
 
 @main.command("bisect-run")
@@ -274,7 +287,7 @@ def bench_early_stop(curves, interval, min_fraction, beta, alpha, noise, methods
         for row in rows:
             click.echo(json.dumps(row))
     else:
-        report.print_bench(rows, Console())
+        report.print_bench(rows, make_console())
 
 
 @bench_group.command("research")
@@ -306,7 +319,7 @@ def bench_research_cmd(target, policies, experiments, seeds, parallel, model, pr
     if as_json:
         click.echo(json.dumps(result))
     else:
-        report.print_research(result, Console(width=max(Console().width, 120)))  # a file or pipe: no 80-column wrap
+        report.print_research(result, make_console())
 
 
 if __name__ == "__main__":

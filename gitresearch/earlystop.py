@@ -11,10 +11,12 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable
 
-from . import metrics
+from . import losscurve, metrics
 from .config import Config
 from .forecast import UNTRUSTED_SD, Calibration, FinishedRun, forecast
 from .gitstore import Store
+from .losscurve import Watch
+from .runner import PROGRESS_FILE
 
 DIVERGE_FACTOR = 1.5  # a metric above this multiple of its first value is a divergence
 
@@ -266,6 +268,8 @@ class EarlyStop:
         self.calibration = Calibration()
         self.race = Race(self.calibration)  # winners' needs and the stopped runs' curves
         self.seen: set[str] = set()  # run dirs already taken in
+        self.loss_finished: list[tuple[tuple, tuple, float]] = []  # progress-line curves and finals
+        self.loss_stopped: list[tuple[tuple, tuple]] = []
 
     def past_runs(self):
         """(run dir, final) of every run at the current budget, in the order they ran (the race
@@ -286,9 +290,10 @@ class EarlyStop:
             elif rec.get("val_bpb") is not None:
                 yield self.run_dir(exp.number), rec["val_bpb"]
 
-    def monitor(self, noise: float | None = None) -> Monitor | None:
-        """A Monitor for the next run, or None when early stop is off. `noise`: the repo's
-        pooled noise floor (sd); the baseline's own sd when not given."""
+    def monitor(self, noise: float | None = None) -> Watch | None:
+        """The early stop of the next run (a Watch: metric points, else the progress lines'
+        training loss), or None when early stop is off. `noise`: the repo's pooled noise floor
+        (sd); the baseline's own sd when not given."""
         es = self.config.early_stop
         if not es.enabled:
             return None
@@ -306,6 +311,11 @@ class EarlyStop:
                 self.race.add_stopped(times, values)
             elif points:
                 self.calibration.add(FinishedRun(times, values, final, self.config.run.budget_s))
+            loss_times, losses = losscurve.read_curve(run_dir / PROGRESS_FILE)
+            if loss_times and final is None:
+                self.loss_stopped.append((loss_times, losses))
+            elif loss_times:
+                self.loss_finished.append((loss_times, losses, final))
         baseline = self.store.read_note(self.store.experiment_commit(0)) or {}
         best = (self.store.read_note(self.store.best()) or {}).get("val_bpb")
         # A short budget still gets about ten checks: at most a tenth of the budget apart.
@@ -313,5 +323,16 @@ class EarlyStop:
         settings = replace(Settings(**{f.name: getattr(es, f.name) for f in fields(Settings)
                                        if hasattr(es, f.name)}), interval_s=interval)
         sd = noise if noise is not None else (baseline.get("noise_std") or 0.0)
-        return Monitor(self.config.run.budget_s, best, sd, self.calibration, settings, metric=name,
-                       race=self.race)
+        budget = self.config.run.budget_s
+        on_metric = Monitor(budget, best, sd, self.calibration, settings, metric=name, race=self.race)
+        loss_map, why = losscurve.fit_map(self.loss_finished, settings.min_history)
+        on_loss = None
+        # the training loss stands in only for a repo whose runs write no metric points: a run
+        # whose metric file lags its output is still judged by its metric
+        if loss_map is not None and not self.calibration.runs:  # rebuilt per run: the map moves
+            calibration = losscurve.mapped_calibration(self.loss_finished, loss_map, budget)
+            race = Race(calibration)
+            for times, losses in self.loss_stopped:
+                race.add_stopped(times, [loss_map(v) for v in losses])
+            on_loss = Monitor(budget, best, sd, calibration, settings, metric=name, race=race)
+        return Watch(on_metric, on_loss, loss_map, why)

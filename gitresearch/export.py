@@ -29,11 +29,18 @@ def rows(store: Store) -> list[dict]:
         out.append({"experiment": exp.number, "commit": exp.commit, "status": record.get("status", "?"),
                     "val_bpb": record.get("val_bpb"), "memory_mb": record.get("peak_memory_mb"),
                     "description": (record.get("description") or exp.description).replace("\t", " ").replace("\n", " "),
-                    "forecast": ((record.get("checks") or [{}])[-1] or {}).get("mean")})
+                    "forecast": ((record.get("checks") or [{}])[-1] or {}).get("mean"),
+                    "min_delta": record.get("min_delta")})
     return out
 
 
+def counted(data: list[dict]) -> int:
+    """Experiments as `status` counts them: the baseline is not one."""
+    return sum(r["status"] != "baseline" for r in data)
+
+
 def export_tsv(store: Store, path: Path) -> int:
+    """Writes every row, the baseline included; returns the experiments (baseline excluded)."""
     data = rows(store)
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
@@ -42,7 +49,7 @@ def export_tsv(store: Store, path: Path) -> int:
             memory = (r["memory_mb"] or 0.0) / 1024
             writer.writerow([r["commit"][:7], f"{r['val_bpb'] or 0.0:.6f}", f"{memory:.1f}", r["status"],
                              r["description"]])
-    return len(data)
+    return counted(data)
 
 
 def plot(store: Store, path: Path, title: str = "gitresearch progress", metric: str = "val_bpb") -> int:
@@ -57,7 +64,8 @@ def plot(store: Store, path: Path, title: str = "gitresearch progress", metric: 
     fig, ax = plt.subplots(figsize=(11, 5.5), dpi=120)
     values = [r["val_bpb"] for r in data if isinstance(r["val_bpb"], (int, float))]
     floor = min(values) if values else 0.0
-    styles = {"discard": dict(color="0.6", alpha=0.5, marker="o", s=18, label="discarded"),
+    styles = {"discard": dict(color="0.6", alpha=0.5, marker="o", s=18,
+                              label="discarded (not below best by min_delta, or not confirmed)"),
               "early_stop": dict(color="tab:orange", alpha=0.35, marker="v", s=18, label="early stop"),
               "keep": dict(color="tab:green", alpha=1.0, marker="*", s=120, label="kept", zorder=3),
               "baseline": dict(color="tab:blue", alpha=1.0, marker="s", s=50, label="baseline", zorder=3)}
@@ -72,25 +80,30 @@ def plot(store: Store, path: Path, title: str = "gitresearch progress", metric: 
     if failed:
         ax.scatter(failed, [floor] * len(failed), color="tab:red", marker="x", s=30,
                    label="crash / timeout / invalid", zorder=3)
-    best, xs, ys = None, [], []
+    best, xs, ys, bar = None, [], [], []
     for i, r in enumerate(data):
         if r["status"] in ("baseline", "keep") and isinstance(r["val_bpb"], (int, float)):
             best = r["val_bpb"] if best is None else min(best, r["val_bpb"])
         if best is not None:
             xs.append(i)
             ys.append(best)
+            bar.append(best - r["min_delta"] if isinstance(r.get("min_delta"), (int, float)) else None)
     if xs:
         ax.step(xs, ys, where="post", color="tab:green", linewidth=1.5, label="running best")
+        shown = [(x, b) for x, b in zip(xs, bar) if b is not None]
+        if shown:  # why a discard below the best line was not kept
+            ax.step([p[0] for p in shown], [p[1] for p in shown], where="post", color="tab:green",
+                    linewidth=0.8, linestyle="--", label="best - min_delta: a keep must end below")
     for i, r in enumerate(data):
         if r["status"] == "keep":
             ax.annotate(r["description"][:40], (i, r["val_bpb"]), textcoords="offset points",
                         xytext=(4, 6), fontsize=7, rotation=20)
     ax.set_xlabel("experiment")
     ax.set_ylabel(f"{metric} (lower is better)")
-    ax.set_title(f"{title}: {len(data)} experiments")
+    ax.set_title(f"{title}: {counted(data)} experiments and the baseline")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-    return len(data)
+    return counted(data)

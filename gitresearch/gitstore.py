@@ -85,6 +85,21 @@ def commit_all(directory: Path, message: str) -> None:
     git("commit", "-q", "--no-verify", "-m", message, cwd=directory, env_extra=IDENTITY_ENV)
 
 
+def commit_paths(directory: Path, paths: list[str], message: str) -> str:
+    """Commit these paths alone (whatever else is staged stays out) as gitresearch; the new
+    commit's id."""
+    git("add", "--", *paths, cwd=directory)
+    git("commit", "-q", "--no-verify", "-m", message, "--only", "--", *paths, cwd=directory,
+        env_extra=IDENTITY_ENV)
+    return git("rev-parse", "HEAD", cwd=directory).strip()
+
+
+def uncommitted(directory: Path, path: str) -> bool:
+    """Whether `path` differs from HEAD (untracked, modified, or no HEAD yet)."""
+    return bool(git("status", "--porcelain", "--", path, cwd=directory).strip()) or \
+        not git("ls-tree", "--name-only", "HEAD", "--", path, cwd=directory, check=False).strip()
+
+
 @dataclass(frozen=True)
 class Experiment:
     number: int
@@ -144,6 +159,9 @@ class Store:
             if self.best() != old:
                 raise StaleRefError(f"best moved to {self.best()} since {old} was read") from None
             raise
+
+    def is_ancestor(self, old: str, new: str) -> bool:
+        return old == new or self.repo.descendant_of(pygit2.Oid(hex=new), pygit2.Oid(hex=old))
 
     def best_chain(self) -> list[str]:
         """Commits of best's first-parent chain, newest first, down to the baseline (the

@@ -4,6 +4,7 @@ repo gives the same view."""
 from __future__ import annotations
 
 import collections
+import re
 from dataclasses import dataclass
 
 from .config import Config
@@ -99,6 +100,25 @@ def diagnostics(experiments: list[Experiment], baseline: dict | None = None,
             "recent_failures": recent_failures}
 
 
+CHANGED_CONSTANT = re.compile(r"^[-+]\s*([A-Z][A-Z0-9_]*)\s*(?::[^=]*)?=(?!=)")
+CRASHES_TO_AVOID = 2  # a constant whose changes crashed this often is left alone
+
+
+def crashed_constants(store: Store, experiments: list[Experiment]) -> dict[str, list[int]]:
+    """Module constants (UPPER_CASE assignments a diff changes) whose changes crashed or timed
+    out CRASHES_TO_AVOID times or more: name -> those experiments, oldest first. Read from
+    the diffs, so it holds for any policy's edits."""
+    crashed = collections.defaultdict(list)
+    for exp in reversed(experiments):  # oldest first
+        if (exp.record or {}).get("status") not in ("crash", "timeout"):
+            continue
+        names = {m.group(1) for line in store.diff_of(exp.commit).splitlines()
+                 if not line.startswith(("---", "+++")) and (m := CHANGED_CONSTANT.match(line))}
+        for name in names:
+            crashed[name].append(exp.number)
+    return {name: numbers for name, numbers in sorted(crashed.items()) if len(numbers) >= CRASHES_TO_AVOID}
+
+
 def current_floor(store: Store, config: Config, records: list[dict]) -> Floor:
     """The noise floor pooled from `records` (every note, baseline included) and the
     verification notes."""
@@ -134,8 +154,9 @@ def build_state(store: Store, config: Config, experiments: list[Experiment]) -> 
     baseline = baseline_record(store)
     level = current_floor(store, config, [baseline] + [e.record for e in experiments if e.record])
     policy = config.policy
+    diagnosed = diagnostics(experiments, baseline, level, store.read_note(base))
+    diagnosed["crashed_constants"] = crashed_constants(store, experiments)
     state = State(base, files, history_window(store, experiments, policy.history_k, policy.diff_chars),
-                  best_chain(store, experiments), config, frozenset(tried),
-                  diagnostics(experiments, baseline, level, store.read_note(base)),
+                  best_chain(store, experiments), config, frozenset(tried), diagnosed,
                   read_agenda(store, base, policy.agenda))
     return state, tried

@@ -200,6 +200,13 @@ class Judge:
             record["comment"] = monitor.comment
             record["checks"] = [{k: (round(v, 6) if isinstance(v, float) else v)
                                  for k, v in vars(c).items()} for c in monitor.checks]
+            record["early_stop_source"] = monitor.source
+            idle, lasting = monitor.idle(bool(result.curve))
+            if idle:
+                record["early_stop_idle"] = idle
+                if lasting and not self.said_idle:
+                    self.said_idle = True  # once per loop
+                    self.display(f"early stop cannot act: {idle}")
         reference, source = best_reference(best_record)
         if result.status != "ok":
             record["status"] = result.status

@@ -65,6 +65,7 @@ class Loop(Judge):
             self.remote = Remote(self.store, config.loop.remote)
         self.early_stop = EarlyStop(self.store, config, self.run_dir)
         self.backend_failures = 0  # experiments lost to the policy's endpoint, in a row
+        self.said_idle = False  # "early stop cannot act" is said once per loop
         (self.store.state_dir / "worktrees").mkdir(exist_ok=True)
 
     def run_dir(self, number: int) -> Path:

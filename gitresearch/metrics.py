@@ -31,6 +31,15 @@ def parse_progress(line: str) -> dict | None:
             "tokens_per_s": _number(rate.group(1).replace(",", "")) if rate else None}
 
 
+def progress_time(parsed: dict, elapsed: float, budget: float) -> float:
+    """Training seconds at a progress line: its percent of the budget where it prints one
+    (autoresearch's `(42.0%)` counts training time, start-up and compilation left out), else
+    the wall seconds since the process started."""
+    if parsed.get("percent") is not None and 0 <= parsed["percent"] <= 1000:
+        return round(parsed["percent"] / 100 * budget, 3)
+    return round(elapsed, 3)
+
+
 def parse_summary(text: str) -> dict:
     """The `key: value` lines after the last `---` line (numbers as floats, others as text)."""
     lines = text.replace("\r", "\n").splitlines()

@@ -61,9 +61,10 @@ def hash_files(root: Path, patterns: tuple[str, ...]) -> dict[str, str]:
 
 class OutputPump(threading.Thread):
     """Drains the child's output: the first `cap` bytes go to the log, the last TAIL_BYTES stay
-    in memory, progress lines go to `on_line`. A flood costs memcpy, nothing more."""
+    in memory, progress lines go to `on_line(line, complete)` (complete: ended by \\n or \\r;
+    an unfinished one is passed too, for the live display). A flood costs memcpy, nothing more."""
 
-    def __init__(self, stream, log_path: Path, cap: int, on_line: Callable[[str], None]):
+    def __init__(self, stream, log_path: Path, cap: int, on_line: Callable[[str, bool], None]):
         super().__init__(daemon=True)
         self.stream, self.log, self.cap, self.on_line = stream, open(log_path, "wb"), cap, on_line
         self.written = self.dropped = 0
@@ -87,7 +88,11 @@ class OutputPump(threading.Thread):
             recent = (self.partial + chunk)[-8192:]
             self.partial = PROGRESS_SPLIT.split(recent)[-1][-4096:]
             if progress := newest_progress_line(recent):
-                self.on_line(progress.decode("utf-8", "replace"))
+                self.on_line(progress.decode("utf-8", "replace"), True)
+            if self.partial.lstrip().startswith(b"step"):
+                # a line redrawn with `\r` and printed with end="" is complete only when the next
+                # one starts: shown now, counted in the curve when it is complete
+                self.on_line(self.partial.decode("utf-8", "replace"), False)
 
     def tail_text(self) -> str:
         return b"".join(self.tail)[-TAIL_BYTES:].decode("utf-8", "replace")

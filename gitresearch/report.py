@@ -61,8 +61,9 @@ def summarise(store: Store, config: Config | None = None) -> dict:
     starts = [n["started"] for n in runs if n.get("started")]
     ends = [n["finished"] for n in runs if n.get("finished")]
     hours = (max(ends) - min(starts)) / 3600 if starts and ends and max(ends) > min(starts) else None
+    trained = ("keep", "discard", "early_stop", "confirming")  # a crash or timeout is no budget share
     shares = [min(1.0, n["training_seconds"] / n["budget_s"]) for n in runs
-              if n.get("training_seconds") is not None and n.get("budget_s")]
+              if n.get("status") in trained and n.get("training_seconds") is not None and n.get("budget_s")]
     total_budget = sum(n.get("budget_s") or 0 for n in runs)
     saved = sum(max(0.0, n["budget_s"] - (n.get("training_seconds") or 0)) for n in runs
                 if n.get("status") == "early_stop" and n.get("budget_s"))
@@ -74,6 +75,7 @@ def summarise(store: Store, config: Config | None = None) -> dict:
     evaluator = " ".join(config.metric.evaluate) if config and config.metric.evaluate else None
     base = baseline or {}
     level = current_floor(store, config or Config(), notes)
+    early_stop = early_stop_state(notes, config)
     remeasured = best.get("remeasured") or []
     drift = remeasured[-1] if remeasured and remeasured[-1].get("drift") else None
     return {
@@ -91,12 +93,28 @@ def summarise(store: Store, config: Config | None = None) -> dict:
         "relative_gain": (base_bpb - best_bpb) / base_bpb if base_bpb and best_bpb else None,
         "experiments_per_hour": len(runs) / hours if hours else None,
         "mean_budget_share": sum(shares) / len(shares) if shares else None,
-        "compute_saved": saved / total_budget if total_budget else 0.0,
+        "compute_saved": saved / total_budget if total_budget else 0.0, "early_stop": early_stop,
         "best_chain": [{"commit": c, "experiment": n.get("experiment"), "val_bpb": n.get("val_bpb"),
                         "status": n.get("status"), "description": store.subject(c),
                         "evidence": evidence(store, c, n)}
                        for c, n in zip(chain_commits, chain)],
     }
+
+
+def early_stop_state(notes: list[dict], config: Config | None) -> str | None:
+    """What early stop judged the newest screened run by, or why it could not act (None for
+    notes older than the field)."""
+    if config is not None and not config.early_stop.enabled:
+        return "off ([early_stop] enabled = false, or --no-early-stop)"
+    for note in notes:  # newest first
+        if note.get("early_stop_idle"):
+            return "cannot act: " + note["early_stop_idle"]
+        source = note.get("early_stop_source")
+        if source == "train_loss":
+            return "on the training loss of the progress lines (no metric points)"
+        if source == "metric":
+            return "on the metric points"
+    return None
 
 
 def evidence(store: Store, commit: str, record: dict) -> str:
@@ -150,6 +168,9 @@ def print_status(store: Store, console: Console, config: Config | None = None) -
     share = s["mean_budget_share"]
     table.add_row("mean budget share used", "-" if share is None else f"{100 * share:.1f}%")
     table.add_row("compute saved by early stop", f"{100 * s['compute_saved']:.1f}%")
+    if s["early_stop"]:
+        colour = "yellow" if not s["early_stop"].startswith("on ") else "default"
+        table.add_row("  early stop", f"[{colour}]{escape(s['early_stop'])}[/{colour}]")
     console.print(table)
     chain = Table(title="best chain (newest first)")
     for col in ("#", "commit", name, "status", "evidence", "description"):
@@ -190,6 +211,16 @@ def format_result(data: dict, metric: str = "val_bpb") -> str:
             + (f" ({data['reason']})" if data["reason"] else ""))
 
 
+def progress_text(p: dict, metric: str = "val_bpb") -> str:
+    """The live line: `#3 12/30s step 40 loss 2.3412 val_bpb -`; past the budget (the script's
+    own final evaluation) or in the evaluator, the clock stops at the budget: `evaluating`."""
+    evaluating = p.get("phase") == "evaluating" or p["elapsed"] > p["budget"]
+    clock = f"{p['budget']:.0f}/{p['budget']:.0f}s evaluating" if evaluating else \
+        f"{p['elapsed']:.0f}/{p['budget']:.0f}s"
+    return (f"#{p.get('experiment', '-')} {clock} step {p['step'] if p.get('step') is not None else '-'} "
+            f"loss {_fmt(p.get('train_loss'), '.4f')} {metric} {_fmt(p.get('metric'), '.4f')}")
+
+
 class LiveProgress:
     """One live line: experiment, elapsed against budget, step, loss, metric (rich)."""
 
@@ -210,9 +241,7 @@ class LiveProgress:
         self.progress.console.print(line, highlight=False, markup=False)
 
     def update(self, p: dict) -> None:
-        text = (f"#{p.get('experiment', '-')} {p['elapsed']:.0f}/{p['budget']:.0f}s "
-                f"step {p['step'] if p['step'] is not None else '-'} "
-                f"loss {_fmt(p['train_loss'], '.4f')} {self.metric} {_fmt(p['metric'], '.4f')}")
+        text = progress_text(p, self.metric)
         if self.task is None:
             self.task = self.progress.add_task(text, total=p["budget"])
         self.progress.update(self.task, description=text, completed=min(p["elapsed"], p["budget"]),

@@ -51,7 +51,7 @@ def run_one(policy: str, seed: int, experiments: int, workdir: Path, target: str
             model_args: list[str] = ()) -> list[dict]:
     """One loop; its experiments' notes, in order."""
     repo = workdir / f"{policy}-seed{seed}"
-    init_repo(repo, template=target)
+    list(init_repo(repo, template=target))
     command = [sys.executable, "-m", "gitresearch", "loop", *loop_args(policy, model_args), "--seed", str(seed),
                "--max-experiments", str(experiments)]
     proc = subprocess.run(command, cwd=repo, capture_output=True, text=True,

@@ -15,6 +15,7 @@ harness read or block on a file of the user's. Process trees, logs and those rea
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import statistics
@@ -42,6 +43,8 @@ ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "TERM",
              "CONDA_PREFIX", "LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS",
              "MKL_NUM_THREADS", "PYTHONHASHSEED")
 PREFIX_ALLOW = ("LC_", "OPENBLAS_")
+PROGRESS_FILE = "progress.jsonl"  # the curve of the progress lines, written by the harness
+MAX_CURVE = 20_000  # progress-line points kept per run (a flood of step lines costs no memory)
 POLL_S = 0.25  # seconds between checks of the process tree (exit is noticed at once)
 
 
@@ -65,13 +68,16 @@ class RunResult:
     evaluation: dict = field(default_factory=dict)  # the evaluator's seconds, log and summary
     artifacts: str = ""  # the folder train.py saved its artifacts in ($GITRESEARCH_ARTIFACTS)
     tokens_per_s: float | None = None  # median of the progress lines' tok/sec, where printed
+    curve: list[dict] = field(default_factory=list)  # training loss from the progress lines
+    first_output_s: float | None = None  # wall seconds to the first progress line (start-up, compile)
+
 
     @property
     def steps(self) -> int | None:
         value = self.summary.get("num_steps")
         if isinstance(value, float):
             return int(value)
-        steps = [p["step"] for p in self.points if isinstance(p.get("step"), int)]
+        steps = [p["step"] for p in self.points + self.curve if isinstance(p.get("step"), int)]
         return max(steps) if steps else None
 
     @property
@@ -79,7 +85,7 @@ class RunResult:
         value = self.summary.get("training_seconds")
         if isinstance(value, float):
             return value
-        times = [p["t"] for p in self.points if isinstance(p.get("t"), (int, float))]
+        times = [p["t"] for p in self.points + self.curve if isinstance(p.get("t"), (int, float))]
         return max(times) if times else None
 
 
@@ -154,8 +160,9 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
     compiles cold). The process writes its metrics and artifacts into a fresh `out` folder beside
     `metrics_path`; the harness copies the metrics to `metrics_path` itself.
 
-    `should_stop(points)` is asked whenever new metric points arrive; a reason stops the run
-    as `early_stop`. `stop_event` set by a signal handler stops it as `crash`, "interrupted".
+    `should_stop(points, curve)` is asked whenever new metric points or new progress lines
+    arrive (curve: the training loss the progress lines print, {"t", "step", "train_loss"},
+    also saved as PROGRESS_FILE beside the metrics); a reason stops the run as `early_stop`. `stop_event` set by a signal handler stops it as `crash`, "interrupted".
     """
     run = config.run
     workdir, log_path, metrics_path = Path(workdir), Path(log_path), Path(metrics_path)
@@ -182,13 +189,24 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
     limit = run.budget_s + run.grace_s
     progress = {"step": None, "train_loss": None, "metric": None}
     rates: list[float] = []
+    curve: list[dict] = []  # the training loss from the progress lines: {"t", "step", "train_loss"}
+    first: list[float] = []  # wall seconds of the progress lines (the first is the start-up)
 
-    def on_line(line):
+    def on_line(line, complete):
         parsed = metrics.parse_progress(line)
-        if parsed:
-            progress.update(step=parsed["step"], train_loss=parsed["train_loss"])
-            if parsed["tokens_per_s"] is not None:
-                rates.append(parsed["tokens_per_s"])
+        if not parsed:
+            return
+        progress.update(step=parsed["step"], train_loss=parsed["train_loss"])
+        if not first:
+            first.append(round(time.monotonic() - start, 3))
+        if not complete:
+            return
+        if parsed["tokens_per_s"] is not None:
+            rates.append(parsed["tokens_per_s"])
+        if (metrics.is_finite(parsed["train_loss"]) and len(curve) < MAX_CURVE
+                and (not curve or parsed["step"] > curve[-1]["step"])):
+            curve.append({"t": metrics.progress_time(parsed, time.monotonic() - start, run.budget_s),
+                          "step": parsed["step"], "train_loss": parsed["train_loss"]})
 
     start = time.monotonic()
     proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
@@ -198,7 +216,7 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
     pump.start()
     root = psutil.Process(proc.pid)
     seen: dict[int, psutil.Process] = {proc.pid: root}
-    peak_rss, points, metrics_offset = 0, [], 0
+    peak_rss, points, metrics_offset, judged_curve = 0, [], 0, 0
     verdict, reason = None, ""
     while True:
         try:
@@ -225,8 +243,12 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
                 last = [p for p in new if p.get(config.metric.name) is not None]
                 if last:
                     progress["metric"] = last[-1][config.metric.name]
-                if should_stop and (why := should_stop(points)):
+                if should_stop and (why := should_stop(points, curve[:])):
                     verdict, reason = "early_stop", why
+        if should_stop and not verdict and len(curve) > judged_curve:
+            judged_curve = len(curve)
+            if why := should_stop(points, curve[:judged_curve]):
+                verdict, reason = "early_stop", why
         if run.memory_limit_mb and rss > run.memory_limit_mb * 2 ** 20:
             verdict, reason = "crash", (f"memory limit: the process tree used {rss / 2 ** 20:.0f} MB, "
                                         f"over run.memory_limit_mb = {run.memory_limit_mb:g}")
@@ -251,7 +273,13 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
     tail = pump.tail_text()
     raw_metrics = read_untrusted(live_metrics)
     metrics_path.write_bytes(raw_metrics)
+    metrics_path.with_name(PROGRESS_FILE).write_text("".join(json.dumps(p) + "\n" for p in curve))
     points = metrics.parse_metric_lines(raw_metrics.decode("utf-8", "replace"))
+    if should_stop and verdict is None and exit_code == 0:
+        # the points of the last poll (a run that reports faster than the poll, like the gym's
+        # simulated clock, writes many at once before it exits) are judged as if read live
+        if why := should_stop([p for p in points if not p.get("final")], curve):
+            verdict, reason = "early_stop", why
     summary = metrics.parse_summary(tail)
     self_reported = metrics.final_metric(config.metric.name, summary,
                                    [p for p in points if p.get("final")])
@@ -277,7 +305,8 @@ def run_training(workdir: Path, config: Config, log_path: Path, metrics_path: Pa
                      "\n".join(tail.splitlines()[-12:])[-1500:], isolated, sandbox=mode,
                      self_reported=self_reported if metrics.is_finite(self_reported) else None,
                      artifacts=str(out / "artifacts"),
-                     tokens_per_s=statistics.median(rates) if rates else None)
+                     tokens_per_s=statistics.median(rates) if rates else None, curve=curve,
+                     first_output_s=first[0] if first else None)
 
 
 def run_evaluation(result: RunResult, eval_dir: Path, config: Config, log_path: Path,

@@ -26,6 +26,10 @@ def run_commit(store: Store, config: Config, commit: str, run_dir: Path,
                               env_extra=env_extra, compile_cache=compile_cache)
     try:
         if result.status == "ok" and config.metric.evaluate:
+            if on_progress:
+                on_progress({"phase": "evaluating", "elapsed": config.run.budget_s, "budget": config.run.budget_s,
+                             "step": result.steps, "metric": None,
+                             "train_loss": result.curve[-1]["train_loss"] if result.curve else None})
             with store.worktree(commit, exclude=config.files.editable) as frozen:
                 result = run_evaluation(result, frozen, config, run_dir / "evaluate.log", env_extra)
     finally:

@@ -82,6 +82,20 @@ def test_export_results_tsv(repo, tmp_path):
         assert float(row[2]) == pytest.approx((record.get("peak_memory_mb") or 0) / 1024, abs=0.05)
 
 
+def test_plot_export_and_status_count_the_same_experiments(repo, tmp_path):
+    experiments = json.loads(cli("status", "--json", cwd=repo).stdout)["experiments"]
+    for args in (("plot", "-o", str(tmp_path / "p.png")), ("export", "--tsv", str(tmp_path / "r.tsv"))):
+        said = cli(*args, cwd=repo).stdout
+        assert f"({experiments} experiments and the baseline)" in said, said
+
+
+def test_output_to_a_file_is_not_wrapped(repo):
+    """rich wraps at 80 columns when stdout is no terminal; status lines stay whole."""
+    text = cli("status", cwd=repo).stdout
+    noise = next(line for line in text.splitlines() if "noise floor" in line)
+    assert "a run gaining" in noise and len(noise) > 120
+
+
 def test_git_bisect_finds_the_commit_that_brought_the_gain(repo):
     store = Store(repo)
     chain = [{**store.read_note(c), "commit": c} for c in reversed(store.best_chain())]  # baseline first

@@ -58,7 +58,11 @@ def test_the_wheel_ships_its_data_and_runs(tmp_path):
     run(gitresearch, "init", "--template", "nanochat", str(research), cwd=tmp_path, env=env)
     copied = {k: v for k, v in digest(research).items() if not k.startswith(".git/")}
     assert copied == digest(ROOT / "target_repo")
-    assert (research / ".git" / "hooks" / "pre-commit").read_bytes() == (ROOT / "hooks" / "pre-commit").read_bytes()
+    hook = (research / ".git" / "hooks" / "pre-commit").read_text()
+    shipped = (ROOT / "hooks" / "pre-commit").read_text()
+    # the hook runs with the venv's interpreter (init's own), whatever python3 the PATH has
+    shebang, body = hook.split("\n", 1)
+    assert Path(shebang[2:]).parent == venv / "bin" and body == shipped.split("\n", 1)[1]
 
     fake = make_repo(tmp_path / "fake")
     run(gitresearch, "init", cwd=fake, env=env)

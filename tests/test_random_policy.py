@@ -95,19 +95,22 @@ SCALE = 2 if torch.cuda.device_count() > 1 else 1  # not known here: both branch
 def test_bookkeeping_constants_are_left_alone():
     source = '''PEAK_FLOPS = 989.5e12  # only feeds a printed MFU
 LR = 0.01
-LOG_EVERY = 10
+EVAL_EVERY = 10
 IMPORTED_ELSEWHERE = 3
 def train(step, flops, opt):
     opt.lr = LR
     mfu = 100 * flops / PEAK_FLOPS
     share = mfu / 100
-    if step % LOG_EVERY == 0:
+    if step % EVAL_EVERY == 0:
         print(f"step {step} lr {LR} mfu {share:.1f}")
 '''
     names = {s.name for s in find_sites(source)}
-    # LR is printed but also trains; LOG_EVERY decides when to print (a condition, kept: the
+    # LR is printed but also trains; EVAL_EVERY decides when to print (a condition, kept: the
     # analysis does not follow control flow); one never read may be imported by another module
-    assert names == {"LR", "LOG_EVERY", "IMPORTED_ELSEWHERE"}
+    assert names == {"LR", "EVAL_EVERY", "IMPORTED_ELSEWHERE"}
+    # the default skip list: seeds, logging cadence, peak figures, whatever reads them
+    listed = "SEED = 3\nLOG_EVERY = 10\nH100_PEAK_FLOPS = 1e15\nLR = 0.1\ntrain(SEED, LOG_EVERY, H100_PEAK_FLOPS, LR)\n"
+    assert {s.name for s in find_sites(listed)} == {"LR"}
     # output that names the metric is the result the harness reads: what feeds it is searched
     fake = (Path(__file__).resolve().parent / "fakes" / "curve.py").read_text()
     assert {s.name for s in find_sites(fake)} == {"LR", "DEPTH", "STEP_S"}

@@ -184,7 +184,8 @@ def test_a_progress_line_written_in_two_pieces_is_seen(tmp_path):
 
     read_end, write_end = os.pipe()
     seen = []
-    pump = OutputPump(os.fdopen(read_end, "rb"), tmp_path / "log.txt", 1 << 20, seen.append)
+    pump = OutputPump(os.fdopen(read_end, "rb"), tmp_path / "log.txt", 1 << 20,
+                      lambda line, complete: seen.append((line, complete)))
     pump.start()
     for piece in (b"step 00001 | loss: 3.0 | tok/sec: 1,234", b"\n", b"---\nval_bpb: 2.0\n"):
         os.write(write_end, piece)
@@ -192,4 +193,5 @@ def test_a_progress_line_written_in_two_pieces_is_seen(tmp_path):
     os.close(write_end)
     pump.join(timeout=5)
     pump.close()
-    assert seen == ["step 00001 | loss: 3.0 | tok/sec: 1,234"]
+    line = "step 00001 | loss: 3.0 | tok/sec: 1,234"
+    assert seen == [(line, False), (line, True)]  # shown as it arrives, counted once complete

@@ -8,15 +8,42 @@ Two kinds of literal are left out:
   `not`/`and`/`or`/`==`/`!=`/`in` over those; any other condition keeps both branches.
 - bookkeeping: a constant whose every read only reaches output (print, logging, an
   f-string), directly or through names assigned from it that do, where that output does not
-  name the metric (a line that reports val_bpb is the result, not a display).
+  name the metric (a line that reports val_bpb is the result, not a display); and the names
+  of DEFAULT_SKIP (seeds, logging cadence, hardware peak figures), with [policy]
+  skip_constants on top (names or globs).
+- the base of a power: in `2**19` only the exponent is a site (`kind` "exponent").
+
+Shapes: `relations()` finds the constants that must divide others (`A % B`, `A // B`,
+`round(A / B)`, also through function parameters that default to them), and a shape-like int
+(a name with DIM, WIDTH, EMBD, HIDDEN, CHANNEL; 8 or more) carries `align`, the power of two
+(up to 32) it is a multiple of: policies keep both when they mutate.
 """
 from __future__ import annotations
 
 import ast
+import fnmatch
+import re
 from dataclasses import dataclass
 
 UNKNOWN = object()  # a condition this module cannot evaluate
 OUTPUT_CALLS = {"print", "debug", "info", "warning", "error", "log", "write", "set_postfix"}
+# never research: seeds change the sample, not the method; logging cadence and hardware peak
+# figures (an MFU denominator) change what is printed. Globs, matched on the constant's name.
+DEFAULT_SKIP = ("SEED", "*_SEED", "SEED_*", "*PEAK_FLOPS*", "LOG_EVERY*", "*_LOG_EVERY*",
+                "PRINT_EVERY*", "LOG_INTERVAL*", "VERBOSE*")
+SHAPE_NAME = re.compile(r"DIM|WIDTH|EMBD|EMBED|HIDDEN|CHANNEL")
+MAX_ALIGN = 32  # a shape-like int keeps its power-of-two factor up to this
+
+
+def skipped(name: str, skip: tuple[str, ...] = ()) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in DEFAULT_SKIP + tuple(skip))
+
+
+def alignment(name: str, value) -> int:
+    """The power of two a shape-like int must stay a multiple of (1: no constraint)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 8 or not SHAPE_NAME.search(name):
+        return 1
+    return min(value & -value, MAX_ALIGN)
 
 
 @dataclass(frozen=True)
@@ -27,6 +54,8 @@ class Site:
     col: int  # UTF-8 byte offsets in the line
     end_col: int
     value: int | float | bool
+    kind: str = "value"  # value | exponent (of a power: mutated by steps, never its base)
+    align: int = 1  # a shape-like int stays a multiple of this
 
 
 def _dotted(node: ast.AST) -> str:
@@ -83,17 +112,21 @@ def _live_branches(node, known: dict, cuda: bool) -> list:
     return [node.body, node.orelse] if test is UNKNOWN else [node.body if test else node.orelse]
 
 
-def _live_literals(node: ast.AST, known: dict, cuda: bool):
-    """The number and bool literals of an expression, dead branches and conditions left out."""
+def _live_literals(node: ast.AST, known: dict, cuda: bool, kind: str = "value"):
+    """(literal, kind) for the number and bool literals of an expression, dead branches and
+    conditions left out; of a power with a literal base, the exponent alone."""
     if isinstance(node, ast.IfExp):
         for branch in _live_branches(node, known, cuda):
-            yield from _live_literals(branch, known, cuda)
+            yield from _live_literals(branch, known, cuda, kind)
         return
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-        yield node
+        yield node, kind
+        return
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and isinstance(node.left, ast.Constant):
+        yield from _live_literals(node.right, known, cuda, "exponent")  # 2**10 -> 1**10 always fails
         return
     for child in ast.iter_child_nodes(node):
-        yield from _live_literals(child, known, cuda)
+        yield from _live_literals(child, known, cuda, kind)
 
 
 def _live_statements(body, known: dict, cuda: bool):
@@ -179,18 +212,56 @@ def find_sites(source: str, skip: tuple[str, ...] = (), cuda: bool = False,
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         names = [t.id for t in targets if isinstance(t, ast.Name)]
-        if names and names[0].isupper() and names[0] not in skip:  # constants: UPPER_CASE
-            literals = [n for n in _live_literals(node.value, known, cuda) if n.lineno == n.end_lineno]
-            found.append((names[0], sorted(literals, key=lambda n: (n.lineno, n.col_offset))))
+        if names and names[0].isupper() and not skipped(names[0], skip):  # constants: UPPER_CASE
+            literals = [(n, kind) for n, kind in _live_literals(node.value, known, cuda)
+                        if n.lineno == n.end_lineno]
+            found.append((names[0], sorted(literals, key=lambda item: (item[0].lineno, item[0].col_offset))))
     idle = bookkeeping(tree, {name for name, _ in found}, metric)
     sites = []
     for name, literals in found:
         if name in idle:
             continue
-        for i, lit in enumerate(literals):
+        for i, (lit, kind) in enumerate(literals):
             label = name if len(literals) == 1 else f"{name}[{i}]"
-            sites.append(Site(label, lit.lineno, lit.col_offset, lit.end_col_offset, lit.value))
+            align = alignment(name, lit.value) if kind == "value" and len(literals) == 1 else 1
+            sites.append(Site(label, lit.lineno, lit.col_offset, lit.end_col_offset, lit.value, kind, align))
     return sites
+
+
+def relations(source: str) -> set[tuple[str, str]]:
+    """(multiple, divisor) pairs of constants the code divides: `A % B`, `A // B` and
+    `round(A / B)` / `int(A / B)`, where each side is a constant's name, or a function
+    parameter whose default is one."""
+    tree = ast.parse(source)
+    constants = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                 for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                 if isinstance(t, ast.Name) and t.id.isupper()}
+    pairs = set()
+
+    def visit(node, aliases):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            args = node.args
+            positional = args.posonlyargs + args.args
+            defaults = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+            defaults += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+            aliases = dict(aliases)
+            for arg, default in defaults:
+                if isinstance(default, ast.Name) and default.id in constants:
+                    aliases[arg.arg] = default.id
+        name = lambda n: (n.id if n.id in constants else aliases.get(n.id)) if isinstance(n, ast.Name) else None  # noqa: E731
+        divided = None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mod, ast.FloorDiv)):
+            divided = node
+        elif (isinstance(node, ast.Call) and _dotted(node.func) in ("round", "int") and len(node.args) == 1
+              and isinstance(node.args[0], ast.BinOp) and isinstance(node.args[0].op, ast.Div)):
+            divided = node.args[0]
+        if divided is not None and name(divided.left) and name(divided.right):
+            pairs.add((name(divided.left), name(divided.right)))
+        for child in ast.iter_child_nodes(node):
+            visit(child, aliases)
+
+    visit(tree, {})
+    return {(a, b) for a, b in pairs if a != b}
 
 
 def rewrite(source: str, changes: list[tuple[Site, object]]) -> str:

@@ -161,6 +161,8 @@ class OptunaSearch:
                 for site in find_sites(source, self.skip, cuda=self.cuda, metric=self.metric):
                     key = f"{path}:{site.name}"
                     override = self.overrides.get(key, self.overrides.get(site.name))
+                    if override is None and site.kind == "exponent":  # 2**k: k in steps, not x/÷4
+                        override = {"low": max(0, site.value - 3), "high": site.value + 3, "log": False}
                     try:
                         dim = dimension_for(site.value, override)
                     except ValueError as err:  # Optuna refuses the combination (log with a step...)

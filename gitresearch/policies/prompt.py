@@ -80,6 +80,10 @@ def render_diagnostics(state: State) -> str:
         lines.append(f"- the machine changed (a re-run of best drifted: {d['drift']}); "
                      "gains are judged against fresh runs of best")
     lines += [f"- recent failure: {line}" for line in d.get("recent_failures", [])]
+    if d.get("crashed_constants"):
+        avoided = "; ".join(f"{name} ({', '.join(f'#{n}' for n in numbers)})"
+                            for name, numbers in d["crashed_constants"].items())
+        lines.append(f"- changes to these constants crashed twice or more: avoid them: {avoided}")
     return "\n".join(lines)
 
 
@@ -184,7 +188,9 @@ def build_compact_prompt(state: State, count_tokens: Callable[[str], int], conte
     are dropped oldest first; the constants' view is never cut."""
     config = state.config
     cuda = bool(visible_gpus())  # the runner gives each run a GPU when this machine has one
-    sites = {path: find_sites(source, config.policy.skip_constants, cuda=cuda, metric=config.metric.name)
+    avoided = set(state.diagnostics.get("crashed_constants") or {})  # crashed twice: not offered
+    sites = {path: [s for s in find_sites(source, config.policy.skip_constants, cuda=cuda, metric=config.metric.name)
+                    if s.name.split("[")[0] not in avoided]
              for path, source in state.files.items()}
     lines = [history_line(e.experiment, e.status, e.val_bpb, e.delta, e.description) for e in state.history]
     retries = []

@@ -1,6 +1,8 @@
 """Random search: mutate one to three of an editable file's live constants (constants.py: the
-literals that can change the run on this machine) by sampled factors. Constants are found
-through the Python AST, so any train.py works."""
+literals that can change the run on this machine) by sampled factors, keeping exponents,
+shape alignments and divisor relations, and leaving alone constants whose changes crashed
+twice (history.crashed_constants). Constants are found through the Python AST, so any
+train.py works."""
 from __future__ import annotations
 
 import math
@@ -9,7 +11,7 @@ import random
 from ..diffs import diff_sha
 from ..workers import visible_gpus
 from . import PolicyError, Proposal, State
-from .constants import find_sites, rewrite
+from .constants import find_sites, relations, rewrite
 
 FACTOR_RANGE = (1 / 3, 3.0)  # floats are multiplied by a log-uniform factor in this range
 MAX_TRIES = 200  # attempts to find a diff never proposed before
@@ -32,10 +34,53 @@ def mutate(value, rng: random.Random):
     return float(f"{value * factor:.3g}")
 
 
-def random_changes(sites: list, rng: random.Random) -> list:
-    """One to three of the sites, each with a mutated value: [(site, new value)]."""
+def mutate_site(site, rng: random.Random):
+    """A new value for the site: an exponent moves by one or two steps (2**10 -> 2**11, never
+    2**30), a shape-like int stays a multiple of its alignment."""
+    if site.kind == "exponent" and isinstance(site.value, int):
+        return max(0, site.value + rng.choice((-2, -1, 1, 2)))
+    new = mutate(site.value, rng)
+    if new is not None and site.align > 1:
+        new = max(site.align, round(new / site.align) * site.align)
+    return new
+
+
+def divisors_near(n: int, target: float) -> int:
+    """The divisor of n closest to target on a log scale."""
+    found = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    found += [n // d for d in found]
+    return min(found, key=lambda d: (abs(math.log(d / target)), d))
+
+
+def keep_relations(changes: list, sites: list, relations) -> list:
+    """The changes, adjusted so that every divisor relation that holds at best still holds:
+    a multiple rounds to the (new) divisor, a changed divisor becomes a divisor of its
+    (unchanged) multiple. Changes that end where they started are dropped."""
+    value = {s.name: s.value for s in sites}
+    value.update((s.name, new) for s, new in changes)
+    old = {s.name: s.value for s in sites}
+    changed = {s.name for s, _ in changes}
+    ints = lambda *names: all(isinstance(old.get(n), int) and not isinstance(old.get(n), bool)  # noqa: E731
+                              and old[n] > 0 for n in names)
+    live = [(a, b) for a, b in sorted(relations) if ints(a, b) and old[a] % old[b] == 0]
+    for multiple, divisor in live:
+        if divisor in changed and multiple not in changed:
+            value[divisor] = divisors_near(old[multiple], value[divisor])
+    for multiple, divisor in live:
+        if multiple in changed or divisor in changed:
+            d = value[divisor]
+            value[multiple] = max(d, round(value[multiple] / d) * d)
+            changed.add(multiple)
+    by_name = {s.name: s for s in sites}
+    return [(by_name[n], value[n]) for n in sorted(changed, key=list(by_name).index) if value[n] != old[n]]
+
+
+def random_changes(sites: list, rng: random.Random, relations=()) -> list:
+    """One to three of the sites, each with a mutated value: [(site, new value)], keeping
+    the divisor relations (constants.relations) that hold now."""
     chosen = rng.sample(sites, k=min(len(sites), rng.randint(1, 3)))
-    return [(s, new) for s in chosen if (new := mutate(s.value, rng)) is not None]
+    changes = [(s, new) for s in chosen if (new := mutate_site(s, rng)) is not None]
+    return keep_relations(changes, sites, relations) if relations else changes
 
 
 class RandomSearch:
@@ -54,10 +99,12 @@ class RandomSearch:
         for _ in range(MAX_TRIES):
             path = self.rng.choice(sorted(state.files))
             source = state.files[path]
-            sites = find_sites(source, self.skip, cuda=self.cuda, metric=self.metric)
+            avoided = set(state.diagnostics.get("crashed_constants") or {})
+            sites = [s for s in find_sites(source, self.skip, cuda=self.cuda, metric=self.metric)
+                     if s.name.split("[")[0] not in avoided]
             if not sites:
                 continue
-            changes = random_changes(sites, self.rng)
+            changes = random_changes(sites, self.rng, relations(source))
             if not changes:
                 continue
             diff = self.store.make_diff(path, source, rewrite(source, changes))
