@@ -51,7 +51,7 @@ from target_eval import evaluated_val_bpb
 from pysource import set_constant
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
-from gitresearch import metrics  # noqa: E402
+from gitresearch import metrics as protocol  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "target_repo"
@@ -171,9 +171,9 @@ def run_config(run_id: str, config: dict, args, threads: int, edit=None) -> dict
     steps = max((p.get("step") or 0 for p in points), default=None)
     extra = {}
     if args.curve == "train_loss":  # what the runner reads off the progress lines, as printed
-        lines = [metrics.parse_progress(line) for line in proc.stdout.replace("\r", "\n").splitlines()]
-        lines = [p for p in lines if p and p["percent"] is not None and metrics.is_finite(p["train_loss"])]
-        curve = [[metrics.progress_time(p, 0.0, args.budget), p["train_loss"]] for p in lines]
+        lines = [protocol.parse_progress(line) for line in proc.stdout.replace("\r", "\n").splitlines()]
+        lines = [p for p in lines if p and p["percent"] is not None and protocol.is_finite(p["train_loss"])]
+        curve = [[protocol.progress_time(p, 0.0, args.budget), p["train_loss"]] for p in lines]
         extra = {"source": "train_loss"}
     return {"id": run_id, "budget_s": args.budget, "points": curve, "final": final, "status": status,
             "config": config, "steps": steps, **extra}

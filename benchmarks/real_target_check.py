@@ -16,6 +16,14 @@ Two loops at a time with one thread each, as the gym's runs were recorded; nothi
 running beside them (a slower run has fewer steps and a worse value). optuna-gp: GP is the
 better Optuna sampler on the gym (docs/gym.md).
 
+Run the loops with the code they started with (7ec5c90), so that the random policy of the
+whole check is the one the gym's bench measured: `git worktree add /work/rc-code 7ec5c90` and
+PYTHONPATH=/work/rc-code in front of each loop command. Sessions get different machines (the
+2026-12-02 one ran the bundled target about 2.6 x slower than the one the loops started on:
+the baseline's 19 steps against 50), so compare the two bests at the end by re-running them
+side by side on one quiet machine (`gitresearch verify` in each repo, or `gitresearch run
+best --json` alternately), not by the values each loop recorded.
+
 The loops take longer than a session (the random policy's many near-null edits pass the
 screen by noise and are confirmed by pairs of 30 s runs: about 4 experiments an hour at the
 start), so their repos travel as git bundles (everything the loop resumes from is in git):

@@ -19,6 +19,7 @@ from .forecast import Calibration, FinishedRun
 
 SMOOTH = 5  # each loss point is the median of the last SMOOTH printed: one noisy batch is no trend
 MIN_R = 0.3  # a map whose correlation is weaker than this does not judge runs
+MAX_P = 0.05  # nor one whose positive slope could be chance (one-sided, linregress's t test)
 
 
 def smoothed(values) -> list[float]:
@@ -71,9 +72,10 @@ def fit_map(finished: list[tuple[tuple, tuple, float]], min_runs: int) -> tuple[
     if max(x) - min(x) < 1e-12:
         return None, "every finished run ended at the same training loss: nothing to map it by"
     fit = linregress(x, y)
-    if not (fit.slope > 0 and fit.rvalue >= MIN_R):  # may change as runs that differ finish
+    one_sided_p = fit.pvalue / 2 if fit.slope > 0 else 1.0
+    if not (fit.slope > 0 and fit.rvalue >= MIN_R and one_sided_p < MAX_P):  # may change as runs finish
         return None, (f"waiting for finished runs whose training loss tracks the metric (over "
-                      f"{len(pairs)} so far: slope {fit.slope:.3g}, r {fit.rvalue:.2f})")
+                      f"{len(pairs)} so far: slope {fit.slope:.3g}, r {fit.rvalue:.2f}, p {one_sided_p:.2g})")
     return LossMap(float(fit.intercept), float(fit.slope), float(fit.rvalue), len(pairs)), ""
 
 

@@ -230,3 +230,18 @@ def test_a_timeout_keeps_the_steps_its_progress_lines_showed(tmp_path):
     config = Config(run=RunConfig(budget_s=0.5, grace_s=0.5, term_grace_s=0.2), files=FilesConfig(frozen=()))
     result = run_training(work, config, tmp_path / "log.txt", tmp_path / "metrics.jsonl")
     assert result.status == "timeout" and result.steps is not None and result.steps >= 5
+
+
+def test_the_loss_map_waits_for_a_slope_that_is_not_chance():
+    from gitresearch.losscurve import fit_map
+
+    def runs(pairs):
+        return [((1.0,), (loss,), final) for loss, final in pairs]
+
+    tracking = runs([(3.0, 2.5), (3.2, 2.7), (2.9, 2.45), (3.5, 2.9), (3.1, 2.62)])
+    loss_map, why = fit_map(tracking, min_runs=5)
+    assert why == "" and loss_map.slope > 0 and abs(loss_map(3.0) - 2.5) < 0.05
+    assert fit_map(tracking[:4], min_runs=5)[0] is None  # too few
+    unrelated = runs([(3.0, 2.5), (3.2, 2.4), (2.9, 2.6), (3.5, 2.45), (3.1, 2.55)])
+    loss_map, why = fit_map(unrelated, min_runs=5)
+    assert loss_map is None and why.startswith("waiting for finished runs whose training loss tracks")

@@ -144,3 +144,24 @@ def test_the_stated_figures_hold_on_the_recorded_corpora():
     assert len(held_out) == 3 and all(by[(c, "race")]["false_stops"] == 0 for c in held_out)
     pooled = by[("pooled", "race")]
     assert pooled["beaters"] >= 100 and pooled["false_stop_ci95"][1] < 0.053
+
+
+def test_a_training_loss_corpus_is_smoothed_and_its_noise_put_in_loss_units(tmp_path):
+    """`"source": "train_loss"` (make_curves --curve train_loss): each point the running median
+    of the last five, as the loop smooths progress lines; the repeats' noise in metric units
+    divided by the corpus's loss-to-metric slope (here 0.5)."""
+    from gitresearch.bench import load_curves, replay_corpora
+
+    path = tmp_path / "c.jsonl"
+    lines = []
+    for i, final in enumerate([2.0, 2.02, 2.04, 2.5, 2.6, 2.7, 2.8]):
+        loss = [4.0 - t / 100 + 2 * (final - 2.0) + (1.0 if t == 30 else 0.0) for t in range(2, 61, 2)]
+        lines.append({"id": f"r{i}", "budget_s": 60.0, "final": final, "source": "train_loss",
+                      "points": [[t, v] for t, v in zip(range(2, 61, 2), loss)],
+                      "config": {"LR": 0.1} if i < 3 else {"LR": 0.1 * i}})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    runs = load_curves(path)
+    spike = runs[0].times.index(30)
+    assert runs[0].values[spike] == pytest.approx(4.0 - 0.24)  # the spike is gone (the median lags two points)
+    row = replay_corpora([path], ["race"], None, 0.2, 0.05, 0.01, None)[0]
+    assert row["noise"] == pytest.approx(0.02 / 0.5)
