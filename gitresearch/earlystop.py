@@ -325,11 +325,12 @@ class EarlyStop:
         sd = noise if noise is not None else (baseline.get("noise_std") or 0.0)
         budget = self.config.run.budget_s
         on_metric = Monitor(budget, best, sd, self.calibration, settings, metric=name, race=self.race)
-        loss_map, why = losscurve.fit_map(self.loss_finished, settings.min_history)
-        on_loss = None
         # the training loss stands in only for a repo whose runs write no metric points: a run
         # whose metric file lags its output is still judged by its metric
-        if loss_map is not None and not self.calibration.runs:  # rebuilt per run: the map moves
+        loss_map, why = (None, "the repo's runs write metric points") if self.calibration.runs else \
+            losscurve.fit_map(self.loss_finished, settings.min_history)
+        on_loss = None
+        if loss_map is not None:  # rebuilt per run: the map moves
             calibration = losscurve.mapped_calibration(self.loss_finished, loss_map, budget)
             race = Race(calibration)
             for times, losses in self.loss_stopped:

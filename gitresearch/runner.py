@@ -71,7 +71,6 @@ class RunResult:
     curve: list[dict] = field(default_factory=list)  # training loss from the progress lines
     first_output_s: float | None = None  # wall seconds to the first progress line (start-up, compile)
 
-
     @property
     def steps(self) -> int | None:
         value = self.summary.get("num_steps")
