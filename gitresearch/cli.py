@@ -5,7 +5,8 @@
     gitresearch loop --policy llm --backend openai --model NAME [--base-url URL]
     gitresearch status | log [-n K] [--json] | show REV [--json] | run [REV]
     gitresearch verify [REV...] [--chain] [--runs K]
-    gitresearch plot -o progress.png | export --tsv results.tsv
+    gitresearch plot -o progress.png | export --tsv results.tsv | export --tensorboard DIR
+    gitresearch serve [--port 8765]   # a live, read-only page over the repo
     gitresearch pretrain-policy [--out DIR]   # a small policy LM for --policy rl, trained here
     git bisect run gitresearch bisect-run [--rerun] [--threshold X]
 """
@@ -223,6 +224,17 @@ def show(rev, as_json):
     store = Store(_repo_root())
     record = report.show_record(store, rev)
     click.echo(json.dumps(record, indent=None if as_json else 2, sort_keys=True))
+
+
+@main.command()
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="address to listen on (another than loopback lets other machines read the repo)")
+def serve(port, host):
+    """A live, read-only web page over the repo's experiments (docs/serve.md)."""
+    from .serve import serve as run_server
+
+    run_server(_repo_root(), host, port, echo=click.echo)
 
 
 @main.command()

@@ -12,9 +12,12 @@ notebooks that count `keep` rows work unchanged.
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
+from . import metrics
 from .gitstore import Store
+from .runner import PROGRESS_FILE
 
 TSV_HEADER = ("commit", "val_bpb", "memory_gb", "status", "description")
 
@@ -32,6 +35,27 @@ def rows(store: Store) -> list[dict]:
                     "forecast": ((record.get("checks") or [{}])[-1] or {}).get("mean"),
                     "min_delta": record.get("min_delta")})
     return out
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def run_curve(store: Store, number: int, metric: str = "val_bpb") -> dict:
+    """An experiment's learning curve as its run wrote it (<git dir>/gitresearch/runs/NNNNNN):
+    the metric points (t, step, value) and the progress lines' training loss (t, loss)."""
+    folder = store.state_dir / "runs" / f"{number:06d}"
+
+    def points(name: str) -> list[dict]:
+        try:
+            return metrics.parse_metric_lines((folder / name).read_text(errors="replace"))
+        except OSError:
+            return []
+    metric_points = [{"t": p["t"], "step": p.get("step"), "value": p[metric]} for p in points("metrics.jsonl")
+                     if not p.get("final") and _number(p.get(metric)) and _number(p.get("t"))]
+    losses = [{"t": p["t"], "step": p.get("step"), "value": p["train_loss"]} for p in points(PROGRESS_FILE)
+              if _number(p.get("train_loss")) and _number(p.get("t"))]
+    return {"metric": metric_points, "train_loss": losses}
 
 
 def counted(data: list[dict]) -> int:

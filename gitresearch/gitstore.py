@@ -4,13 +4,15 @@ touches pygit2; the git CLI is used where libgit2 lacks a feature (worktrees, re
 Layout in the research repo:
 - refs/heads/best                    first-parent chain: baseline, then each accepted improvement
 - refs/gitresearch/experiments/NNNNNN one ref per experiment (kept or not), so gc never loses it
-- refs/notes/gitresearch             one note per experiment: a summary line, then JSON
-- refs/notes/gitresearch-verify      `gitresearch verify`'s record per verified commit
+- refs/notes/gitresearch             one readable note per experiment (what `git log` shows)
+- refs/notes/gitresearch-verify      `gitresearch verify`'s readable note per verified commit
+- refs/notes/records/gitresearch*    the records of both, as JSON (notes.py)
 - <git dir>/gitresearch/             logs, metrics, lock files (not shared, referenced by notes)
 """
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -24,7 +26,7 @@ from pathlib import Path
 import pygit2
 
 from .errors import GitresearchError
-from .notes import note_text, parse_note
+from .notes import note_text, parse_record, record_text, records_ref
 
 BEST_REF = "refs/heads/best"
 NOTES_REF = "refs/notes/gitresearch"
@@ -333,11 +335,17 @@ class Store:
         return Experiment(number, str(commit.id), parent, commit.message.split("\n")[0], record)
 
     def all_notes(self, ref: str = NOTES_REF) -> dict[str, dict]:
-        """Every note of `ref`, by the commit it annotates."""
-        if self.repo.references.get(ref) is None:
-            return {}
-        return {str(note.annotated_id): parse_note(self.repo[note.id].data.decode("utf-8", "replace"))
-                for note in self.repo.notes(ref)}
+        """Every record of `ref`, by the commit it annotates: the record notes, and the
+        schema 1 notes (record inside the readable note) of commits that have none."""
+        found = {}
+        for notes_ref in (records_ref(ref), ref):
+            if self.repo.references.get(notes_ref) is None:
+                continue
+            for note in self.repo.notes(notes_ref):
+                commit = str(note.annotated_id)
+                if commit not in found:
+                    found[commit] = parse_record(self.repo[note.id].data.decode("utf-8", "replace"))
+        return found
 
     # -- notes -----------------------------------------------------------------------------
 
@@ -352,16 +360,29 @@ class Store:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def write_note(self, commit: str, record: dict, ref: str = NOTES_REF) -> None:
+        """The record first, then the readable note: a kill between the two leaves a record
+        that reads back whole."""
         signature = pygit2.Signature(*AUTHOR)
         with self.lock("notes"):
+            self.repo.create_note(record_text(record), signature, signature, commit, records_ref(ref), True)
             self.repo.create_note(note_text(record), signature, signature, commit, ref, True)
 
     def read_note(self, commit: str, ref: str = NOTES_REF) -> dict | None:
-        try:
-            note = self.repo.lookup_note(commit, ref)
-        except KeyError:
-            return None
-        return parse_note(note.message)
+        """The record of `commit` (a schema 1 note holds it in the readable note)."""
+        for notes_ref in (records_ref(ref), ref):
+            try:
+                return parse_record(self.repo.lookup_note(commit, notes_ref).message)
+            except KeyError:
+                continue
+        return None
+
+    def state_token(self) -> str:
+        """Changes whenever best, an experiment ref or a notes ref moves: what a live reader
+        polls to know it must read again."""
+        names = sorted(n for n in self.repo.references
+                       if n.startswith(("refs/notes/", EXPERIMENTS_PREFIX)) or n == BEST_REF)
+        state = "\n".join(f"{n} {self.repo.references[n].target}" for n in names)
+        return hashlib.sha1(state.encode()).hexdigest()[:16]
 
     def note_count(self) -> int:
         if self.repo.references.get(NOTES_REF) is None:
@@ -450,18 +471,18 @@ class Store:
     def remote_url(self, name: str) -> str:
         return git("remote", "get-url", name, cwd=self.root).strip()
 
-    def merge_notes(self, theirs_ref: str) -> None:
+    def merge_notes(self, theirs_ref: str, ours_ref: str = NOTES_REF) -> None:
         """Merge a fetched notes ref into ours, theirs winning a conflict (each machine's
         notes annotate its own commits, so the merge is a union), under the notes lock."""
         theirs = self.ref_target(theirs_ref)
         if theirs is None:
             return
         with self.lock("notes"):
-            ours = self.ref_target(NOTES_REF)
+            ours = self.ref_target(ours_ref)
             if ours is None:
-                self.force_ref(NOTES_REF, theirs)
+                self.force_ref(ours_ref, theirs)
             elif ours != theirs:
-                git("notes", f"--ref={NOTES_REF}", "merge", "--quiet", "-s", "theirs", theirs_ref,
+                git("notes", f"--ref={ours_ref}", "merge", "--quiet", "-s", "theirs", theirs_ref,
                     cwd=self.root, env_extra=IDENTITY_ENV)
 
     def prune_worktrees(self) -> None:

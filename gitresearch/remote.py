@@ -7,6 +7,7 @@ import time
 
 from .gitstore import (BEST_REF, EXPERIMENTS_PREFIX, IDENTITY_ENV, NOTES_REF, GitError, StaleRefError, Store,
                        git)
+from .notes import records_ref
 PUSH_RETRIES = 8
 
 
@@ -29,7 +30,9 @@ class Remote:
         except GitError as err:
             raise RemoteError(f"no git remote named {name!r} in {store.root}") from err
         self.best_mirror = f"refs/remotes/{name}/best"
-        self.notes_mirror = f"refs/notes/remotes/{name}/gitresearch"
+        # the readable notes and their records, each with the ref it is fetched into
+        self.notes = {NOTES_REF: f"refs/notes/remotes/{name}/gitresearch",
+                      records_ref(NOTES_REF): f"refs/notes/remotes/{name}/records/gitresearch"}
 
     def _git(self, *args: str) -> str:
         """A git command that talks to the remote, retried with backoff when it fails for
@@ -58,7 +61,7 @@ class Remote:
 
     def fetch(self) -> None:
         try:
-            heads = self._git("ls-remote", self.name, BEST_REF, NOTES_REF)
+            heads = self._git("ls-remote", self.name, BEST_REF, *self.notes)
         except GitError as err:
             raise RemoteError(f"cannot reach {self.name} ({self.url}): {err}") from err
         specs = [f"+{EXPERIMENTS_PREFIX}*:{EXPERIMENTS_PREFIX}*"]
@@ -66,12 +69,12 @@ class Remote:
             specs.append(f"+{BEST_REF}:{self.best_mirror}")
         else:
             self.store.force_ref(self.best_mirror, None)
-        if NOTES_REF in heads:
-            specs.append(f"+{NOTES_REF}:{self.notes_mirror}")
+        specs += [f"+{ref}:{mirror}" for ref, mirror in self.notes.items() if ref in heads.split()]
         self._git("fetch", "--quiet", "--no-tags", self.name, *specs)
 
     def merge_notes(self) -> None:
-        self.store.merge_notes(self.notes_mirror)
+        for ref, mirror in self.notes.items():
+            self.store.merge_notes(mirror, ref)
 
     def sync(self) -> None:
         """Fetch, merge the notes, and make the remote's best the local best: by compare-and-
@@ -106,9 +109,10 @@ class Remote:
         return self._push("--atomic", lease, f"{new}:{BEST_REF}")
 
     def publish_notes(self) -> None:
-        """Push the notes; merge the remote's first when it moved meanwhile."""
+        """Push the notes and their records; merge the remote's first when it moved meanwhile."""
+        refs = [ref for ref in self.notes if self.store.ref_target(ref)]
         for _ in range(PUSH_RETRIES):
-            if self._push(f"{NOTES_REF}:{NOTES_REF}"):
+            if self._push("--atomic", *(f"{ref}:{ref}" for ref in refs)):
                 return
             self.fetch()
             self.merge_notes()

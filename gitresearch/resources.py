@@ -16,3 +16,13 @@ def resource(name: str) -> Path:
     if checkout.is_dir():
         return checkout
     raise FileNotFoundError(f"gitresearch's {name} files are missing: neither {packaged} nor {checkout}")
+
+
+def web_dir() -> Path:
+    """The page `gitresearch serve` sends (index.html, app.js, style.css)."""
+    return PACKAGE / "web"
+
+
+def workflow_template() -> Path:
+    """The research workflow `gitresearch init --workflow` installs."""
+    return PACKAGE / "templates" / "research.yml"

@@ -6,7 +6,7 @@ import pytest
 
 from gitresearch import gitstore
 from gitresearch.gitstore import GitError, InvalidDiff, StaleRefError, Store
-from gitresearch.notes import note_text, parse_note
+from gitresearch.notes import NOTE_SCHEMA, NOTE_WIDTH, note_text
 from helpers import make_repo, sh
 
 
@@ -54,18 +54,34 @@ def test_experiments_survive_gc(store):
                               "refs/gitresearch/experiments/000001"]
 
 
-def test_note_round_trip_is_lossless():
+def test_note_round_trip_is_lossless(store):
     record = {"experiment": 3, "status": "keep", "val_bpb": 0.9979001234567891, "delta": -1e-9,
-              "reason": "line one\nline two", "nested": {"a": [1, 2.5, None, True]}, "emoji": "🙂"}
-    text = note_text(record)
-    assert text.splitlines()[0] == ("gitresearch #3 | keep | val_bpb 0.997900 | delta -0.000000 | "
-                                    "unconfirmed: kept on a single run | line one")
-    assert parse_note(text) == {"schema": 1, **record}
+              "reason": "line one\nline two", "nested": {"a": [1, 2.5, None, True]}, "emoji": "🙂",
+              "log_tail": "x" * 5000}
+    base = store.best()
+    store.write_note(base, record)
+    assert store.read_note(base) == {**record, "schema": NOTE_SCHEMA}
+    assert store.all_notes() == {base: {**record, "schema": NOTE_SCHEMA}}
+    readable = sh("git", "notes", "--ref=gitresearch", "show", base, cwd=store.root).stdout
+    assert readable.splitlines()[0] == "gitresearch #3 | keep | val_bpb 0.997900 | delta -0.000000"
+    assert "confirmed: no: kept on a single run" in readable and "reason:    line one line two" in readable
+    assert "x" * 100 not in readable and max(map(len, readable.splitlines())) <= NOTE_WIDTH
     confirmed = dict(record, metric="val_loss", confirmation={"verdict": "kept after 2 pairs: gain 0.1"})
-    assert note_text(confirmed).splitlines()[0] == (
-        "gitresearch #3 | keep | val_loss 0.997900 | delta -0.000000 | "
-        "confirmed: kept after 2 pairs: gain 0.1 | line one")
-    assert parse_note(note_text(confirmed)) == {"schema": 1, **confirmed}
+    store.write_note(base, confirmed)
+    assert store.read_note(base) == {**confirmed, "schema": NOTE_SCHEMA}
+    assert "confirmed: kept after 2 pairs: gain 0.1" in note_text(confirmed)
+
+
+def test_schema_1_notes_still_read_and_are_rewritten_as_schema_2(store):
+    base = store.best()
+    old = ('gitresearch #0 | baseline | val_bpb 2.500000\n\n'
+           '{"experiment": 0, "schema": 1, "status": "baseline", "val_bpb": 2.5}\n')
+    sh("git", "notes", "--ref=refs/notes/gitresearch", "add", "-m", old, base, cwd=store.root)
+    assert store.read_note(base) == {"experiment": 0, "schema": 1, "status": "baseline", "val_bpb": 2.5}
+    assert store.all_notes()[base]["schema"] == 1
+    store.write_note(base, {**store.read_note(base), "noise_std": 0.01})
+    assert store.read_note(base) == {"experiment": 0, "schema": NOTE_SCHEMA, "status": "baseline",
+                                     "val_bpb": 2.5, "noise_std": 0.01}
 
 
 def test_notes_show_in_plain_git_log(store):

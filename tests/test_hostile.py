@@ -158,7 +158,8 @@ def test_hostile_edits_through_the_loop(tmp_path, nanochat_cache):
     assert sh("git", "notes", "--ref=gitresearch", "show", best_before, cwd=repo).stdout == baseline_note
     refs_after = sh("git", "for-each-ref", "--format=%(refname) %(objectname)", cwd=repo).stdout.splitlines()
     changed = sorted(set(refs_after) - set(refs_before))
-    assert all(r.startswith(("refs/gitresearch/experiments/", "refs/notes/gitresearch ")) for r in changed), changed
+    assert all(r.startswith(("refs/gitresearch/experiments/", "refs/notes/gitresearch ",
+                                              "refs/notes/records/gitresearch ")) for r in changed), changed
     assert snapshot(watched) == before
     assert not (tmp_path / "escape.txt").exists() and not Path("/tmp/pwned").exists()
     assert not list(repo.parent.glob("escape.txt")) and not list((repo / ".git").rglob("escape.txt"))
