@@ -247,12 +247,23 @@ def plot(output):
 
 
 @main.command("export")
-@click.option("--tsv", "tsv", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--tsv", "tsv", type=click.Path(dir_okay=False, path_type=Path),
               help="write autoresearch's results.tsv format here")
-def export_cmd(tsv):
-    """Export the experiments as autoresearch's results.tsv (commit, val_bpb, memory_gb, status, description)."""
-    count = export.export_tsv(Store(_repo_root()), tsv)
-    click.echo(f"wrote {tsv} ({count} experiments and the baseline)")
+@click.option("--tensorboard", "tensorboard", type=click.Path(file_okay=False, path_type=Path),
+              help="write every experiment as a TensorBoard run under this folder")
+def export_cmd(tsv, tensorboard):
+    """Export the experiments: autoresearch's results.tsv (commit, val_bpb, memory_gb, status,
+    description) and/or TensorBoard runs (`tensorboard --logdir DIR`)."""
+    if not (tsv or tensorboard):
+        raise click.UsageError("give --tsv FILE and/or --tensorboard DIR")
+    root = _repo_root()
+    if tsv:
+        count = export.export_tsv(Store(root), tsv)
+        click.echo(f"wrote {tsv} ({count} experiments and the baseline)")
+    if tensorboard:
+        count = export.export_tensorboard(Store(root), tensorboard, _load(root).metric.name)
+        click.echo(f"wrote {tensorboard} ({count} experiments and the baseline, a run each, and a progress run): "
+                   f"tensorboard --logdir {tensorboard}")
 
 
 @main.command("bisect-run")

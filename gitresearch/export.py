@@ -2,6 +2,13 @@
 
     gitresearch export --tsv results.tsv
     gitresearch plot -o progress.png
+    gitresearch export --tensorboard runs/ && tensorboard --logdir runs/
+
+The TensorBoard export writes one run per experiment (NNNNNN-status/: the learning curve as
+`curve/METRIC` and `curve/train_loss` against the run's steps, with wall times so that
+TensorBoard's "relative" axis is seconds of training; the results as `final/*` at step 0; the
+description as text) and a `progress` run (`progress/METRIC` and `progress/best` against the
+experiment number). Exporting again replaces what an earlier export wrote there.
 
 results.tsv is tab-separated with autoresearch's header and columns: commit (7 characters),
 val_bpb (6 decimals, 0.000000 when the run gave none), memory_gb (peak, 1 decimal), status,
@@ -16,6 +23,7 @@ import math
 from pathlib import Path
 
 from . import metrics
+from .errors import GitresearchError
 from .gitstore import Store
 from .runner import PROGRESS_FILE
 
@@ -43,8 +51,11 @@ def _number(value) -> bool:
 
 def run_curve(store: Store, number: int, metric: str = "val_bpb") -> dict:
     """An experiment's learning curve as its run wrote it (<git dir>/gitresearch/runs/NNNNNN):
-    the metric points (t, step, value) and the progress lines' training loss (t, loss)."""
+    the metric points (t, step, value) and the progress lines' training loss (t, loss). The
+    baseline's is its first noise run's."""
     folder = store.state_dir / "runs" / f"{number:06d}"
+    if not (folder / "metrics.jsonl").exists() and (folder / "noise-0").is_dir():
+        folder = folder / "noise-0"
 
     def points(name: str) -> list[dict]:
         try:
@@ -130,4 +141,49 @@ def plot(store: Store, path: Path, title: str = "gitresearch progress", metric: 
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    return counted(data)
+
+
+FINALS = ("val_bpb", "delta", "training_seconds", "seconds", "peak_memory_mb", "steps")  # record keys -> final/*
+
+
+class ExportError(GitresearchError):
+    pass
+
+
+def export_tensorboard(store: Store, folder: Path, metric: str = "val_bpb") -> int:
+    """Every finished experiment as a TensorBoard run under `folder`, plus a progress run;
+    returns the experiments (baseline excluded)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as err:  # torch is there; its writer needs the tensorboard package
+        raise ExportError(f"export --tensorboard needs the tensorboard package: pip install "
+                          f"'gitresearch[tensorboard]' ({err})") from err
+    folder.mkdir(parents=True, exist_ok=True)
+    data = rows(store)
+    for old in [*folder.glob("[0-9]" * 6 + "-*/events.out.tfevents.*"), *folder.glob("progress/events.out.tfevents.*")]:
+        old.unlink()  # a second export replaces the first instead of doubling every curve
+    progress = SummaryWriter(str(folder / "progress"))
+    best = None
+    for row in data:
+        number, record = row["experiment"], store.read_note(row["commit"]) or {}
+        started = record.get("started") or record.get("finished") or 0.0
+        with SummaryWriter(str(folder / f"{number:06d}-{row['status']}")) as writer:
+            curve = run_curve(store, number, metric)
+            for name, points in ((metric, curve["metric"]), ("train_loss", curve["train_loss"])):
+                stepped = all(isinstance(p["step"], int) for p in points)
+                for i, p in enumerate(points):
+                    writer.add_scalar(f"curve/{name}", p["value"], p["step"] if stepped else i,
+                                      walltime=started + p["t"])
+            for key in FINALS:
+                if _number(record.get(key)):
+                    writer.add_scalar(f"final/{metric if key == 'val_bpb' else key}", record[key], 0, walltime=started)
+            writer.add_text("description", f"#{number} {row['status']}: {row['description']}", 0, walltime=started)
+        if _number(row["val_bpb"]):
+            progress.add_scalar(f"progress/{metric}", row["val_bpb"], number, walltime=started)
+            if row["status"] in ("baseline", "keep"):
+                best = row["val_bpb"] if best is None else min(best, row["val_bpb"])
+        if best is not None:
+            progress.add_scalar("progress/best", best, number, walltime=started)
+    progress.close()
     return counted(data)

@@ -204,7 +204,7 @@ def test_verify_records_reproducing_and_null_gains(tmp_path):
     assert link["evidence"].startswith("confirmed by verify (2 pairs, gain +0.100000)")
     assert status["noise_dof"] >= 3  # the verification runs joined the pooled floor
     log = sh("git", "log", "-1", "best", cwd=repo).stdout
-    assert "gitresearch verify | confirmed | gain +0.100000" in log
+    assert "gitresearch verify | confirmed\n" in log and "gain:       +0.100000 (95% +0.100000 to" in log
 
 
 def test_best_is_remeasured_and_drift_is_reported(tmp_path):
