@@ -78,10 +78,11 @@ def main():
 @click.option("--commit/--no-commit", default=None,
               help="commit gitresearch.toml before best is created (default: ask on a terminal)")
 @click.option("--probe", is_flag=True, help="time one run of HEAD and set grace_s from it")
-def init(directory: Path, template: str | None, commit: bool | None, probe: bool):
+@click.option("--workflow", is_flag=True, help="also install .github/workflows/research.yml (self-hosted GPU runners)")
+def init(directory: Path, template: str | None, commit: bool | None, probe: bool, workflow: bool):
     """Make DIRECTORY a research repo: write gitresearch.toml, commit it, create `best` there."""
     ask = (lambda question: click.confirm(question, default=True)) if sys.stdin.isatty() else None
-    for line in init_repo(directory, template, commit=commit, probe=probe, ask=ask):
+    for line in init_repo(directory, template, commit=commit, probe=probe, ask=ask, workflow=workflow):
         click.echo(line)
 
 

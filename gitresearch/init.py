@@ -15,12 +15,13 @@ from .config_reference import reference_toml
 from .errors import GitresearchError
 from .gitstore import (NOTES_REF, VERIFY_REF, GitError, Store, commit_all, commit_paths, create_repo,
                        uncommitted)
-from .resources import resource
+from .resources import resource, workflow_template
 from .runner import run_setup
 from .trial import run_commit
 
 TEMPLATES = ("nanochat", "gym")
 HOOK_MARK = "gitresearch pre-commit hook"
+WORKFLOW_FILE = ".github/workflows/research.yml"
 MIN_GRACE_S = 60.0  # the default grace; a probe only ever raises it
 
 
@@ -29,9 +30,11 @@ class InitError(GitresearchError):
 
 
 def init_repo(directory: Path, template: str | None = None, commit: bool | None = None,
-              probe: bool = False, ask: Callable[[str], bool] | None = None) -> Iterator[str]:
-    """Yields what it did, a line per step, as it goes. `commit`: True commits the toml, False
-    leaves it, None asks through `ask` (no `ask`: leaves it, and says how to go on)."""
+              probe: bool = False, ask: Callable[[str], bool] | None = None,
+              workflow: bool = False) -> Iterator[str]:
+    """Yields what it did, a line per step, as it goes. `commit`: True commits the toml (and
+    the workflow), False leaves them, None asks through `ask` (no `ask`: leaves them, and says
+    how to go on). `workflow`: install the research workflow (WORKFLOW_FILE)."""
     directory = Path(directory).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     if not (directory / ".git").exists():
@@ -63,19 +66,36 @@ def init_repo(directory: Path, template: str | None = None, commit: bool | None 
         yield f"1. wrote {CONFIG_FILE}: every key with its default, most commented out (docs/adopting.md)"
     if probe:
         yield from probe_grace(store, toml)
+    if workflow:
+        yield install_workflow(directory)
 
-    if uncommitted(directory, CONFIG_FILE):
+    pending = [p for p in (CONFIG_FILE, *([WORKFLOW_FILE] if workflow else [])) if uncommitted(directory, p)]
+    if pending:
+        names = " and ".join(pending)
         if commit is None and ask is not None:
-            commit = ask(f"commit {CONFIG_FILE} now, so that best and every experiment hold it?")
+            commit = ask(f"commit {names} now, so that best and every experiment hold it?")
         if not commit:
-            yield (f"2. {CONFIG_FILE} is not committed: commit it (`git add {CONFIG_FILE} && git commit`), "
+            yield (f"2. {names} not committed: commit (`git add {' '.join(pending)} && git commit`), "
                    f"then run `gitresearch init` again to create best at that commit")
             return
-        head = commit_paths(directory, [CONFIG_FILE], f"gitresearch: add {CONFIG_FILE}")
-        yield f"2. committed {CONFIG_FILE} as {head[:12]}"
+        head = commit_paths(directory, pending, f"gitresearch: add {names}")
+        yield f"2. committed {names} as {head[:12]}"
     else:
         yield f"2. {CONFIG_FILE} is committed"
     yield create_best(store)
+
+
+def install_workflow(directory: Path) -> str:
+    """Write the research workflow (self-hosted GPU runners) unless one is there already."""
+    dest = directory / WORKFLOW_FILE
+    template = workflow_template().read_text()
+    if dest.exists():
+        same = dest.read_text() == template
+        return f"{WORKFLOW_FILE} is there already: kept as it is{'' if same else ' (it differs from this version)'}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(template)
+    return (f"wrote {WORKFLOW_FILE}: register self-hosted runners labelled gpu and h100 (or edit runs-on), "
+            f"push it, then dispatch it from the Actions tab (docs/fleet.md)")
 
 
 def install_hook(store: Store) -> str:
