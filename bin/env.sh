@@ -7,10 +7,14 @@ VENV="${GITRESEARCH_VENV:-.venv}"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 stamp="$VENV/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
+    # pip's own progress bars (rich, with an ETA) on a terminal; a plain line per step elsewhere
+    quiet=$([ -t 1 ] || echo "-q")
     if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
-        "$VENV/bin/pip" install -q "torch==2.13.0"
+        echo "set-up 1/2: torch 2.13.0, the CPU build (no NVIDIA GPU answers)"
+        "$VENV/bin/pip" install $quiet "torch==2.13.0"
     fi
-    "$VENV/bin/pip" install -q -e ".[test]"
+    echo "set-up 2/2: gitresearch and its dependencies into $VENV"
+    "$VENV/bin/pip" install $quiet -e ".[test]"
     touch "$stamp"
 fi
 export PATH="$PWD/$VENV/bin:$PATH"

@@ -7,6 +7,7 @@ import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 from scipy import stats
 
@@ -210,7 +211,7 @@ def pooled(results: list[dict]) -> dict:
 
 
 def replay_corpora(paths: list[Path], methods, interval: float | None, min_fraction: float, beta: float,
-                   alpha: float, noise: float | None) -> list[dict]:
+                   alpha: float, noise: float | None, progress: Callable[[str], None] | None = None) -> list[dict]:
     """Every method on every corpus (each with its own check interval, a tenth of its budget
     unless given, and its own noise: `noise`, else the sd of its repeated runs, else 0), then one
     pooled row per method when there are several corpora."""
@@ -228,6 +229,8 @@ def replay_corpora(paths: list[Path], methods, interval: float | None, min_fract
             row.update(corpus=Path(path).stem, noise=corpus_sd,
                        noise_source="given" if noise is not None else ("repeats" if measured else "none"))
             rows.append(row)
+            if progress:
+                progress(f"{row['corpus']} {method}: saved {row['compute_saved']:.3f}")
     if len(paths) > 1:
         rows += [pooled([r for r in rows if r["method"] == m]) for m in methods]
     return rows

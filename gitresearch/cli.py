@@ -28,6 +28,7 @@ from .gitstore import Store
 from .init import init_repo
 from .loop import Loop
 from .policies import POLICIES
+from .progress import Steps
 from .trial import run_commit
 
 UNWRAPPED = 4096  # columns for output to a file or pipe: rich's 80 would wrap long lines
@@ -116,7 +117,7 @@ def loop(policy, backend, model, base_url, prompt, budget, max_experiments, max_
                             "llm.base_url": base_url, "loop.workers": workers, "loop.remote": remote,
                             "sandbox.mode": "none" if no_sandbox else None})
     with report.LiveProgress(console, config.metric.name) as live:
-        outcome = Loop(root, config, display=live.log, on_progress=live.update).run()
+        outcome = Loop(root, config, display=live.log, on_progress=live.update, on_count=live.count).run()
     click.echo(f"stopped: {outcome.stop_reason} ({outcome.ran} experiments, {outcome.kept} kept)")
     sys.exit(EXIT_INTERRUPTED if outcome.stop_reason == "interrupted" else 0)
 
@@ -181,7 +182,7 @@ def verify(revs, chain, runs, budget, as_json, no_sandbox):
     root = _repo_root()
     config = _load(root, **{"run.budget_s": budget, "sandbox.mode": "none" if no_sandbox else None})
     with report.LiveProgress(console, config.metric.name) as live:
-        done = Loop(root, config, display=live.log, on_progress=live.update).verify(revs, chain, runs)
+        done = Loop(root, config, display=live.log, on_progress=live.update, on_count=live.count).verify(revs, chain, runs)
     if as_json:
         for entry in done:
             click.echo(json.dumps(entry))
@@ -306,7 +307,10 @@ def bench_group():
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per method and corpus")
 def bench_early_stop(curves, interval, min_fraction, beta, alpha, noise, methods, as_json):
     """Replay recorded learning curves through the early stop and its rivals."""
-    rows = bench.replay_corpora(list(curves), methods or bench.METHODS, interval, min_fraction, beta, alpha, noise)
+    methods = methods or bench.METHODS
+    with Steps(console, "replays (corpus x method)", len(curves) * len(methods)) as steps:
+        rows = bench.replay_corpora(list(curves), methods, interval, min_fraction, beta, alpha, noise,
+                                    progress=steps.advance)
     if as_json:
         for row in rows:
             click.echo(json.dumps(row))
@@ -334,8 +338,9 @@ def bench_research_cmd(target, policies, experiments, seeds, parallel, model, pr
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     extra = [*(["--model", model] if model else []), *(["--prompt", prompt] if prompt else [])]
-    result = research_bench.bench_research(names, experiments, seeds, parallel, target,
-                                           progress=None if as_json else click.echo, model_args=extra)
+    with Steps(console, "loops (policy x seed)", len(names) * seeds) as steps:
+        result = research_bench.bench_research(names, experiments, seeds, parallel, target,
+                                               progress=steps.advance, model_args=extra)
     if results:
         research_bench.write_json(result, results)
     if output:

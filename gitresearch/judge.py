@@ -88,14 +88,20 @@ class Judge:
                 raise LoopError(str(err)) from err
             self.setup()
             sigma = self.noise_floor().sigma
-            done = []
-            for commit, parent in verify_mod.targets(self.store, revs, chain):
+            done, ran = [], []
+            targets = verify_mod.targets(self.store, revs, chain)
+            total = len(targets) * runs * 2
+            self.on_count(0, total, "verification runs")
+            for commit, parent in targets:
                 self.display(f"verifying {commit[:12]} {self.store.subject(commit)} against {parent[:12]}")
 
                 def run(rev, name, commit=commit):
                     folder = self.store.state_dir / "runs" / "verify" / f"{commit[:12]}-{name}"
-                    return run_commit(self.store, self.config, rev, folder, self._progress(0),
-                                      self.stop_event, env_extra=self.env_extra)
+                    result = run_commit(self.store, self.config, rev, folder, self._progress(0),
+                                        self.stop_event, env_extra=self.env_extra)
+                    ran.append(name)
+                    self.on_count(len(ran), total, "verification runs")
+                    return result
                 entry = verify_mod.verify_one(self.store, self.config, commit, parent, runs, run, sigma,
                                               self.stop_event)
                 if entry is None:

@@ -51,8 +51,9 @@ class Loop(Judge):
                  display: Callable[[str], None] = print, on_progress: Callable | None = None,
                  worker: int = 0, env_extra: dict | None = None,
                  stop_event: threading.Event | None = None, claims: Claims | None = None,
-                 remote: Remote | None = None):
+                 remote: Remote | None = None, on_count: Callable[[int, int, str], None] | None = None):
         self.store = Store(root)
+        self.on_count = on_count or (lambda done, total, what: None)  # (done, total, what) of a counted command
         self.config = config
         self.policy_name = policy or config.policy.name
         self.display = display
@@ -128,6 +129,8 @@ class Loop(Judge):
                 self.remote.sync()
             experiments = [e for e in self.store.experiments() if e.number > 0]
             finished = [e for e in experiments if e.record]
+            if self.config.loop.max_experiments:
+                self.on_count(len(finished), self.config.loop.max_experiments, "experiments")
             reason = self.stop_reason(finished, start)
             if reason:
                 report.stop_reason = reason
@@ -187,7 +190,7 @@ class Loop(Judge):
                 config = replace(config, policy=replace(config.policy, seed=config.policy.seed + i))
             worker = Loop(self.store.root, config, self.policy_name,
                           display=lambda line: self.display(f"[worker {i}] {line}"),
-                          on_progress=self.on_progress, worker=i, env_extra=worker_env(i, count, gpus),
+                          on_progress=self.on_progress, on_count=self.on_count, worker=i, env_extra=worker_env(i, count, gpus),
                           stop_event=self.stop_event, claims=self.claims, remote=self.remote)
             try:
                 reports[i] = worker.work(start)

@@ -6,13 +6,14 @@ import re
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from . import sandbox
 from . import verify as verify_mod
 from .config import Config
 from .history import current_floor
+from .progress import Eta
 from .gitstore import GitError, Store
 
 LOG_KEYS = ("experiment", "commit", "parent", "status", "val_bpb", "delta", "description",
@@ -222,13 +223,17 @@ def progress_text(p: dict, metric: str = "val_bpb") -> str:
 
 
 class LiveProgress:
-    """One live line: experiment, elapsed against budget, step, loss, metric (rich)."""
+    """The live lines: the run in progress (experiment, elapsed against budget, step, loss,
+    metric) and, where the command has a count (loop --max-experiments, verify), the count with
+    an ETA; to a file or pipe the count is a plain line each time it moves."""
 
     def __init__(self, console: Console, metric: str = "val_bpb"):
         self.console, self.metric = console, metric
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                 TimeElapsedColumn(), console=console, transient=True)
-        self.task = None
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                                 TextColumn("{task.fields[left]}"), TimeRemainingColumn(),
+                                 console=console, transient=True)
+        self.task = self.overall = None
+        self.eta, self.counted = Eta(), None
 
     def __enter__(self):
         self.progress.__enter__()
@@ -243,9 +248,22 @@ class LiveProgress:
     def update(self, p: dict) -> None:
         text = progress_text(p, self.metric)
         if self.task is None:
-            self.task = self.progress.add_task(text, total=p["budget"])
+            self.task = self.progress.add_task(text, total=p["budget"], left="left")
         self.progress.update(self.task, description=text, completed=min(p["elapsed"], p["budget"]),
                              total=p["budget"])
+
+    def count(self, done: int, total: int, what: str) -> None:
+        """`done` of `total` (experiments, verification runs)."""
+        if (done, total) == self.counted:
+            return
+        self.counted = (done, total)
+        line = self.eta.plain(what, done, total)
+        if not self.console.is_terminal:
+            self.log(line)
+        elif self.overall is None:
+            self.overall = self.progress.add_task(f"{what} {done}/{total}", total=total, completed=done, left="ETA")
+        else:
+            self.progress.update(self.overall, description=f"{what} {done}/{total}", completed=done, total=total)
 
 
 def print_bench(rows: list[dict], console: Console) -> None:
