@@ -75,7 +75,8 @@ def init_repo(directory: Path, template: str | None = None, commit: bool | None 
         if commit is None and ask is not None:
             commit = ask(f"commit {names} now, so that best and every experiment hold it?")
         if not commit:
-            yield (f"2. {names} not committed: commit (`git add {' '.join(pending)} && git commit`), "
+            yield (f"2. {names} {'is' if len(pending) == 1 else 'are'} not committed: commit "
+                   f"(`git add {' '.join(pending)} && git commit`), "
                    f"then run `gitresearch init` again to create best at that commit")
             return
         head = commit_paths(directory, pending, f"gitresearch: add {names}")

@@ -52,6 +52,7 @@ def test_the_wheel_ships_its_data_and_runs(tmp_path):
                 cwd=tmp_path, env=env)
     assert where.strip().startswith(str(site))  # the installed copy, not the checkout
     assert digest(site / "gitresearch" / "data" / "policy") == digest(ROOT / "policy")
+    assert digest(site / "gitresearch" / "web") == digest(ROOT / "gitresearch" / "web")  # the serve page
     gitresearch = str(venv / "bin" / "gitresearch")  # the console script the wheel installs
 
     research = tmp_path / "research"
@@ -65,7 +66,9 @@ def test_the_wheel_ships_its_data_and_runs(tmp_path):
     assert Path(shebang[2:]).parent == venv / "bin" and body == shipped.split("\n", 1)[1]
 
     fake = make_repo(tmp_path / "fake")
-    run(gitresearch, "init", cwd=fake, env=env)
+    run(gitresearch, "init", "--workflow", cwd=fake, env=env)
+    assert (fake / ".github" / "workflows" / "research.yml").read_text() == \
+        (ROOT / "gitresearch" / "templates" / "research.yml").read_text()
     run(gitresearch, "loop", "--max-experiments", "1", "--seed", "0", cwd=fake, env=env)
     log = run(gitresearch, "log", "--json", cwd=fake, env=env)
     assert len(log.splitlines()) == 2  # the baseline and one experiment
