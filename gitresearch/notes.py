@@ -104,6 +104,9 @@ def parse_record(text: str) -> dict:
             if record.get("schema", 1) > NOTE_SCHEMA:
                 raise NoteError(f"note schema {record['schema']} is newer than {NOTE_SCHEMA}")
             return record
+    if text.startswith("gitresearch "):  # a readable note whose record was not fetched
+        raise NoteError(f"the record of this note is missing (it lives in refs/notes/records/; fetch "
+                        f"'+refs/notes/*:refs/notes/*'): {text.splitlines()[0][:120]!r}")
     raise NoteError(f"not a gitresearch record: {text[:200]!r}")
 
 

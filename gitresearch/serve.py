@@ -92,9 +92,9 @@ def app(root: Path, host: str = "127.0.0.1"):
         return as_json({"token": store.state_token(), "poll_s": POLL_S, "root": str(root)})
 
     def summary(request):
-        store = Store(root)
-        data = report.summarise(store, load(root))
-        return as_json({**data, "token": store.state_token(), "metric": load(root).metric.name})
+        store, config = Store(root), load(root)
+        data = report.summarise(store, config)
+        return as_json({**data, "token": store.state_token(), "metric": config.metric.name})
 
     def table(request):
         store = Store(root)
