@@ -70,7 +70,7 @@ def test_note_round_trip_is_lossless(store):
     confirmed = dict(record, metric="val_loss", confirmation={"verdict": "kept after 2 pairs: gain 0.1"})
     store.write_note(base, confirmed)
     assert store.read_note(base) == {**confirmed, "schema": NOTE_SCHEMA}
-    assert "confirmed: kept after 2 pairs: gain 0.1" in note_text(confirmed)
+    assert "confirmed:  kept after 2 pairs: gain 0.1\n" in note_text(confirmed)
 
 
 def test_schema_1_notes_still_read_and_are_rewritten_as_schema_2(store):
