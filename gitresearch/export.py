@@ -41,7 +41,7 @@ def rows(store: Store) -> list[dict]:
                     "val_bpb": record.get("val_bpb"), "memory_mb": record.get("peak_memory_mb"),
                     "description": (record.get("description") or exp.description).replace("\t", " ").replace("\n", " "),
                     "forecast": ((record.get("checks") or [{}])[-1] or {}).get("mean"),
-                    "min_delta": record.get("min_delta")})
+                    "min_delta": record.get("min_delta"), "record": record})
     return out
 
 
@@ -166,7 +166,7 @@ def export_tensorboard(store: Store, folder: Path, metric: str = "val_bpb") -> i
     progress = SummaryWriter(str(folder / "progress"))
     best = None
     for row in data:
-        number, record = row["experiment"], store.read_note(row["commit"]) or {}
+        number, record = row["experiment"], row["record"]
         started = record.get("started") or record.get("finished") or 0.0
         with SummaryWriter(str(folder / f"{number:06d}-{row['status']}")) as writer:
             curve = run_curve(store, number, metric)
