@@ -91,6 +91,7 @@ class EarlyStopConfig:
     min_fraction: float = 0.2  # no stop before this share of the budget
     min_history: int = 5  # finished runs at this budget needed before any stop but a divergence
     race_c: float = 0.7  # place of the stop line between the best run (0) and the median (1)
+    race_c_closing: float = 0.85  # race_c for a run whose place, on the same runs, fell since its last check
     race_safety: float = 0.0  # the line leaves this x the room the repo's winners needed (0: off)
     race_noise_k: float = 2.0  # the line is at least this x sqrt(2) x noise floor above the best run
     beta: float = 0.05  # forecast rule: level of the stop boundary

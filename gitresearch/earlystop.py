@@ -31,6 +31,7 @@ class Settings:
     # anchor is the best finished run's own value then and the median is over every run that
     # reached that time (finished, or stopped later)
     race_c: float = 0.7  # the line's place between the anchor (0) and the median (1)
+    race_c_closing: float = 0.85  # c for a run closing on the field: its place fell since its last check
     race_safety: float = 0.0  # c is at least this x the largest c a winner of this repo needed (0: off)
     race_noise_k: float = 2.0  # the line is at least this x sqrt(2) x noise floor above the anchor
     # forecast: stop when the calibrated forecast is above best + margin (previous rule)
@@ -102,11 +103,16 @@ class Race:
         if times:
             self.stopped.append((tuple(times), tuple(values)))
 
+    def reached_curves(self, t: float, interval: float) -> list[tuple[tuple, tuple]]:
+        """The stopped runs that reached t: their last point at most a quarter check interval
+        before it."""
+        return [(ts, vs) for ts, vs in self.stopped if t <= ts[-1] + 0.25 * interval]
+
     def reached(self, t: float, interval: float) -> list[float]:
-        """Values at t of the stopped runs that reached t (their last point at most a quarter
-        check interval before it). With them the median is over every run that got this far,
-        not only the survivors, whose median drops as more runs are stopped."""
-        found = (value_at(ts, vs, min(t, ts[-1])) for ts, vs in self.stopped if t <= ts[-1] + 0.25 * interval)
+        """Values at t of the stopped runs that reached t. With them the median is over every
+        run that got this far, not only the survivors, whose median drops as more runs are
+        stopped."""
+        found = (value_at(ts, vs, min(t, ts[-1])) for ts, vs in self.reached_curves(t, interval))
         return [v for v in found if v is not None and math.isfinite(v)]
 
     @staticmethod
@@ -154,6 +160,8 @@ class Check:
     median: float | None = None  # the median of the runs that reached this time
     line: float | None = None  # the stop line
     c: float | None = None  # the line's place between lead (0) and median (1)
+    place: float | None = None  # race: the run's own place, (value - lead) / (median - lead)
+    place_before: float | None = None  # its place at its previous check, on the runs that reached now
 
 
 @dataclass
@@ -215,23 +223,46 @@ class Monitor:
     def _race(self, t: float, value: float) -> str | None:
         s = self.settings
         self.race = self.race or Race(self.calibration)
-        finished = Race.field_at(self.calibration.runs, t)
+        runs = self.calibration.runs
+        finished = Race.field_at(runs, t)
         if len(finished) < s.min_history:
             self.checks.append(Check(t, None, None, None, None, None, "no_field", value))
             return None
         reached = finished + self.race.reached(t, s.interval_s)
-        lead, median = anchor(self.calibration.runs, finished, t), statistics.median(reached)
-        c = max(s.race_c, s.race_safety * self.race.winners_c(t / self.budget, s) if s.race_safety else 0.0)
+        lead, median = anchor(runs, finished, t), statistics.median(reached)
+        place = (value - lead) / (median - lead) if median > lead else None
+        field = [(r.times, r.values) for r in runs] + self.race.reached_curves(t, s.interval_s)
+        before = self._place_before(field, t)
+        closing = place is not None and before is not None and place < before
+        c = s.race_c_closing if closing else s.race_c
+        if s.race_safety:
+            c = max(c, s.race_safety * self.race.winners_c(t / self.budget, s))
         line = lead + max(c * (median - lead), s.race_noise_k * math.sqrt(2) * self.noise)
         decision = "stop" if value > line else "continue"
         # what the run would end at if it kept its distance to the best run (the reward's estimate)
-        top = min(self.calibration.runs, key=lambda r: r.final)
+        top = min(runs, key=lambda r: r.final)
         self.checks.append(Check(t, top.final + value - lead, None, None, None, None, decision,
-                                 value, lead, median, line, c))
+                                 value, lead, median, line, c, place, before))
         verdict = (f"{self.metric} {value:.4f} vs line {line:.4f} (best run {lead:.4f}, median "
-                   f"{median:.4f} of {len(reached)} runs at {t:.0f} s, c {c:.2f})")
+                   f"{median:.4f} of {len(reached)} runs at {t:.0f} s, c {c:.2f}{', closing' if closing else ''})")
         self.comment = f"{'stopped' if decision == 'stop' else 'ran to the end'} at {t:.0f} s: {verdict}"
         return self.comment if decision == "stop" else None
+
+    def _place_before(self, field: list[tuple[tuple, tuple]], t: float) -> float | None:
+        """The run's place between the best run and the median at its previous check, measured
+        on `field`, the runs that reached t, read at that check's time. On the same runs at both
+        times a place that falls is the run gaining on the field; the median of whoever is left
+        at each time would fall by itself as losers are stopped and leave the field."""
+        before = next((c for c in reversed(self.checks) if c.value is not None and c.t < t), None)
+        if before is None:
+            return None
+        top = min(self.calibration.runs, key=lambda r: r.final)
+        lead = value_at(top.times, top.values, before.t)
+        then = [value_at(ts, vs, before.t) for ts, vs in field]
+        then = [v for v in then if v is not None and math.isfinite(v)]
+        if lead is None or not then or not statistics.median(then) > lead:
+            return None
+        return (before.value - lead) / (statistics.median(then) - lead)
 
     def _forecast(self, times, values, t: float) -> str | None:
         fc = forecast(times, values, self.budget, self.calibration)
