@@ -226,6 +226,49 @@ def test_race_leaves_the_room_this_repos_winners_needed():
     assert replay(late, stopped)[0].startswith("stopped at 18 s")
 
 
+def test_race_gives_a_run_closing_on_the_same_runs_more_room():
+    """Losers stopped at the first check leave the median at the second, so a late bloomer's
+    place against whoever is left rises although it gains on every run: measured on the runs
+    that reached the second check, read at both checks, its place fell, and it gets
+    race_c_closing instead of race_c."""
+    field = history(params=[(1.0, 0.5, 1.95 + 0.05 * i) for i in range(7)])
+    best = min(r.final for r in field.runs)
+
+    def with_stopped_losers():
+        race = Race(field)
+        for a, b, c in [(1.3, 0.5, 2.4), (1.2, 0.5, 2.5), (1.4, 0.5, 2.45), (1.1, 0.5, 2.6)] * 2:
+            points = [p for p in curve(a, b, c) if p["t"] <= 20.0]  # stopped at the first check
+            race.add_stopped([p["t"] for p in points], [p["val_bpb"] for p in points])
+        return race
+
+    bloomer = curve(5.0, 0.8, 1.9, end_drop=0.03)  # far behind early, ends below every run
+    assert bloomer[-1]["val_bpb"] < best
+    kept = Monitor(budget=100.0, best=best, noise=0.0, calibration=field, settings=RACE, race=with_stopped_losers())
+    assert replay(bloomer, kept)[0] is None
+    first, second = kept.checks[:2]
+    assert first.place_before is None and first.c == RACE.race_c and first.decision == "continue"
+    # against whoever is left (the finished runs) the place rose past race_c...
+    assert second.median == pytest.approx(statistics.median(Race.field_at(field.runs, second.t)))
+    assert second.place == pytest.approx((second.value - second.lead) / (second.median - second.lead))
+    assert second.place > first.place and second.place > RACE.race_c
+    # ...but on those same runs at the first check it was further behind: it is closing
+    best_run = min(field.runs, key=lambda r: r.final)
+    lead_then = value_at(best_run.times, best_run.values, first.t)
+    median_then = statistics.median(Race.field_at(field.runs, first.t))
+    assert second.place_before == pytest.approx((first.value - lead_then) / (median_then - lead_then))
+    assert second.place < second.place_before and second.c == RACE.race_c_closing == 0.85
+    assert second.line == pytest.approx(second.lead + 0.85 * (second.median - second.lead))
+    assert "closing" in kept.comment
+    # every check: the closing room exactly when the place fell on the same runs
+    for check in kept.checks[1:]:
+        assert (check.c == RACE.race_c_closing) == (check.place < check.place_before)
+    # without the closing room the same run is stopped at the second check
+    plain = Monitor(budget=100.0, best=best, noise=0.0, calibration=field,
+                    settings=replace(RACE, race_c_closing=RACE.race_c), race=with_stopped_losers())
+    reason, at = replay(bloomer, plain)
+    assert reason.startswith("stopped at 28 s") and at == second.t
+
+
 def test_race_needs_a_field():
     few = Calibration(history().runs[:RACE.min_history - 1])
     monitor = Monitor(budget=100.0, best=1.9, noise=0.0, calibration=few, settings=RACE)
