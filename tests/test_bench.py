@@ -126,8 +126,9 @@ def test_optuna_and_our_rules_judge_at_the_same_points():
 def test_the_stated_figures_hold_on_the_recorded_corpora():
     """docs/early-stop.md's figures, on the production rule and the committed corpora: the
     replay reproduces benchmarks/results/early_stop.jsonl for the race rule and MedianPruner,
-    and the acceptance holds everywhere but where the docs say it fails: one winner stopped
-    on the dev GRU corpus that MedianPruner keeps."""
+    and the acceptance holds on every corpus, the two held-out ones included (strictly more
+    saved than MedianPruner at no more false stops, the best run kept, +3 points on average,
+    pooled false-stop rate at most 5 % over at least 100 would-beat runs)."""
     from helpers import benchmark_module
 
     early_stop = benchmark_module("early_stop")
@@ -139,11 +140,15 @@ def test_the_stated_figures_hold_on_the_recorded_corpora():
     for key, row in by.items():
         for figure in ("compute_saved", "false_stops", "beaters", "best_stopped", "stopped"):
             assert row[figure] == pytest.approx(recorded[key][figure]), (key, figure)
-    assert early_stop.acceptance(rows, "race") == ["gru_markov_20s: 1 false stops, median 0"]
+    assert early_stop.acceptance(rows, "race") == []
     held_out = [c for c, role in early_stop.CORPORA.items() if role == "held-out"]
-    assert len(held_out) == 3 and all(by[(c, "race")]["false_stops"] == 0 for c in held_out)
+    assert held_out == ["gru_stdlib_20s", "nanochat_climb_20s_b"]
+    for corpus in held_out:  # the docs' out-of-sample claim, checked apart from the average
+        race, median = by[(corpus, "race")], by[(corpus, "optuna-median")]
+        assert race["compute_saved"] > median["compute_saved"] and race["false_stops"] <= median["false_stops"]
+        assert race["runs"] >= 60 and not race["best_stopped"]
     pooled = by[("pooled", "race")]
-    assert pooled["beaters"] >= 100 and pooled["false_stop_ci95"][1] < 0.053
+    assert pooled["beaters"] >= 100 and pooled["false_stop_ci95"][1] < 0.036
 
 
 def test_a_training_loss_corpus_is_smoothed_and_its_noise_put_in_loss_units(tmp_path):
