@@ -305,3 +305,11 @@ def print_research(result: dict, console: Console) -> None:
                       "not reached" if needed is None else f"{needed:g}", f"{s['area_under_best']:.4f}",
                       f"{s['early_stopped_share']:.0%}", f"{s['compute_s'] / 60:.0f}")
     console.print(table)
+    learning = Table(title="per window of experiments (means over seeds)")
+    for column in ("policy", "experiments", "mean reward", "distinct diffs", "valid", "keeps"):
+        learning.add_column(column, justify="left" if column == "policy" else "right")
+    for policy, s in result["policies"].items():
+        for w in s.get("windows") or []:
+            learning.add_row(policy, f"{w['first']}-{w['last']}", _fmt(w["mean_reward"], ".2f"),
+                             _fmt(w["distinct_diffs"], ".1f"), _fmt(w["valid_share"], ".0%"), _fmt(w["keeps"], ".1f"))
+    console.print(learning)

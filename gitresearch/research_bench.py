@@ -1,5 +1,5 @@
 """`gitresearch bench research`: which policy lowers val_bpb fastest, measured with full loops
-on the research gym (docs/bench-research.md).
+on the research gym (docs/gym.md).
 
     gitresearch bench research --policies random,optuna-tpe --experiments 200 --seeds 5 -o plot.png
 
@@ -13,7 +13,11 @@ a time. The figures come from the notes alone:
 - per policy: the median and interquartile range over seeds of best-so-far against
   experiments and against compute, the experiments needed to reach random search's final
   best (median over seeds; random's own included), and the area under the best-so-far curve
-  (its mean over experiments: lower is better).
+  (its mean over experiments: lower is better);
+- per policy and window of WINDOW experiments after the baseline (whether a policy learns, and
+  whether it collapses onto a few edits): the mean reward of the notes (`reward.total`), the
+  distinct diffs proposed (by diff identity), the share of valid experiments (not invalid)
+  and the keeps, each the mean over seeds; and each loop's wall seconds.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -34,6 +39,9 @@ from .init import init_repo
 
 class BenchError(GitresearchError):
     pass
+
+
+WINDOW = 50  # experiments per window of the learning figures
 
 
 MODEL_POLICIES = ("llm", "rl")  # the policies that take --model and --prompt
@@ -48,18 +56,20 @@ def loop_args(policy: str, model_args: list[str] = ()) -> list[str]:
 
 
 def run_one(policy: str, seed: int, experiments: int, workdir: Path, target: str = "gym",
-            model_args: list[str] = ()) -> list[dict]:
-    """One loop; its experiments' notes, in order."""
+            model_args: list[str] = ()) -> tuple[list[dict], float]:
+    """One loop: its experiments' notes, in order, and its wall seconds."""
     repo = workdir / f"{policy}-seed{seed}"
     list(init_repo(repo, template=target))
     command = [sys.executable, "-m", "gitresearch", "loop", *loop_args(policy, model_args), "--seed", str(seed),
                "--max-experiments", str(experiments)]
+    started = time.monotonic()
     proc = subprocess.run(command, cwd=repo, capture_output=True, text=True,
                           env=dict(os.environ, COLUMNS="120"))
+    wall = time.monotonic() - started
     if proc.returncode != 0:
         raise BenchError(f"{' '.join(command)} in {repo} exited {proc.returncode}:\n{proc.stdout[-2000:]}"
                          f"{proc.stderr[-2000:]}")
-    return [exp.record or {} for exp in reversed(Store(repo).experiments())]
+    return [exp.record or {} for exp in reversed(Store(repo).experiments())], wall
 
 
 def compute_of(record: dict) -> float:
@@ -92,7 +102,42 @@ def trajectory(records: list[dict]) -> dict:
         bests.append(best)
         computes.append(spent)
     return {"best": bests, "compute": computes,
-            "statuses": [r.get("status") for r in records]}
+            "statuses": [r.get("status") for r in records],
+            "rewards": [(r.get("reward") or {}).get("total") for r in records],
+            "diffs": [r.get("diff_sha") for r in records]}
+
+
+def windows(run: dict, size: int = WINDOW) -> list[dict]:
+    """The learning figures of one loop per window of `size` experiments after the baseline."""
+    n = len(run["statuses"])
+    rewards, diffs = run.get("rewards") or [None] * n, run.get("diffs") or [None] * n
+    out = []
+    for start in range(1, n, size):
+        span = range(start, min(start + size, n))
+        statuses = [run["statuses"][i] for i in span if run["statuses"][i] is not None]
+        if not statuses:
+            break
+        scored = [rewards[i] for i in span if isinstance(rewards[i], (int, float))]
+        out.append({"first": start, "last": span[-1], "experiments": len(statuses),
+                    "mean_reward": statistics.fmean(scored) if scored else None,
+                    "distinct_diffs": len({diffs[i] for i in span if diffs[i]}),
+                    "valid_share": sum(s != "invalid" for s in statuses) / len(statuses),
+                    "keeps": sum(s == "keep" for s in statuses)})
+    return out
+
+
+def mean_windows(rs: list[dict]) -> list[dict]:
+    """Each window's figures, the mean over seeds (the seeds that reached that window)."""
+    per_seed = [windows(r) for r in rs]
+    out = []
+    for i in range(max(len(w) for w in per_seed)):
+        rows = [w[i] for w in per_seed if len(w) > i]
+        row = {"first": rows[0]["first"], "last": rows[0]["last"], "seeds": len(rows)}
+        for key in ("mean_reward", "distinct_diffs", "valid_share", "keeps"):
+            values = [r[key] for r in rows if r[key] is not None]
+            row[key] = statistics.fmean(values) if values else None
+        out.append(row)
+    return out
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -143,6 +188,8 @@ def summarise(runs: dict[str, list[dict]], compute_points: int = 50) -> dict:
             "early_stopped_share": statistics.fmean(
                 sum(s == "early_stop" for s in r["statuses"][:n]) / n for r in rs),
             "compute_s": statistics.median(r["compute"][n - 1] for r in rs),
+            "windows": mean_windows(rs),
+            "wall_s": statistics.median(r["wall_s"] for r in rs) if all("wall_s" in r for r in rs) else None,
         }
     return {"reference_random_final": reference, "policies": out}
 
@@ -157,12 +204,14 @@ def bench_research(policies: list[str], experiments: int, seeds: int, parallel: 
 
         def job(item):
             policy, seed = item
-            result = trajectory(run_one(policy, seed, experiments, root, target, model_args))
+            records, wall = run_one(policy, seed, experiments, root, target, model_args)
+            result = {**trajectory(records), "wall_s": wall}
             result["ended_early"] = len(result["best"]) < experiments + 1  # the policy ran out
             while len(result["best"]) < experiments + 1:  # no more progress, no more compute
                 for key in ("best", "compute"):
                     result[key].append(result[key][-1])
-                result["statuses"].append(None)
+                for key in ("statuses", "rewards", "diffs"):
+                    result[key].append(None)
             if progress:
                 progress(f"{policy} seed {seed}: best {result['best'][-1]:.6f} after {len(result['best'])} experiments")
             return item, result

@@ -120,6 +120,25 @@ def test_summary_medians_and_experiments_to_random_final():
     assert never["policies"]["tpe"]["experiments_to_random_final"] is None
 
 
+def test_learning_figures_per_window_of_experiments():
+    statuses = ["baseline"] + ["discard", "invalid", "keep", "early_stop"] * 3  # 12 after the baseline
+    rewards = [None] + [float(i) for i in range(12)]
+    diffs = [None] + ["a", "b", "a", "c", "d", "d", None, "e", "f", "f", "f", "g"]
+    run = {"best": [3.0] * 13, "compute": [1.0] * 13, "statuses": statuses, "rewards": rewards, "diffs": diffs}
+    first, second, third = research_bench.windows(run, size=5)
+    assert (first["first"], first["last"], first["experiments"]) == (1, 5, 5)
+    assert first["mean_reward"] == statistics.fmean([0, 1, 2, 3, 4]) and first["distinct_diffs"] == 4  # a b c d
+    assert first["valid_share"] == 4 / 5 and first["keeps"] == 1
+    assert (second["first"], second["last"], second["distinct_diffs"]) == (6, 10, 3)  # d e f, one without a diff
+    assert (third["first"], third["last"], third["experiments"], third["mean_reward"]) == (11, 12, 2, 10.5)
+    padded = dict(run, statuses=statuses[:8] + [None] * 5)  # a loop that ended early
+    assert [w["experiments"] for w in research_bench.windows(padded, size=5)] == [5, 2]
+    other = dict(run, rewards=[None] + [1.0] * 12)
+    means = research_bench.mean_windows([run, other])
+    assert len(means) == 1 and means[0]["seeds"] == 2  # one window of WINDOW (50) experiments
+    assert means[0]["mean_reward"] == statistics.fmean([statistics.fmean(range(12)), 1.0])
+
+
 def test_compute_charges_what_the_loop_spent():
     assert research_bench.compute_of({"status": "baseline", "budget_s": 30, "noise_runs": [1, 2, 3]}) == 90
     stopped = {"status": "early_stop", "budget_s": 30, "training_seconds": 29.0,
@@ -141,6 +160,12 @@ def test_bench_research_end_to_end(tmp_path):
             assert all(b2 <= b1 for b1, b2 in zip(r["best"], r["best"][1:]))  # kept best only falls
             assert r["compute"][0] == 150.0  # five noise runs of 30 simulated s
             assert all(c2 >= c1 for c1, c2 in zip(r["compute"], r["compute"][1:]))
+            assert all(isinstance(x, float) for x in r["rewards"][1:]) and r["wall_s"] > 0
+            assert all(len(d) == 16 for d in r["diffs"][1:] if d is not None)
+        window = result["policies"][policy]["windows"][0]
+        assert (window["first"], window["last"], window["seeds"]) == (1, 8, 2)
+        assert window["mean_reward"] == pytest.approx(statistics.fmean(statistics.fmean(r["rewards"][1:]) for r in runs))
+        assert 1 <= window["distinct_diffs"] <= 8
     assert result["reference_random_final"] == statistics.median(r["best"][-1] for r in result["runs"]["random"])
     research_bench.plot(result, tmp_path / "plot.png")
     assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
