@@ -82,6 +82,7 @@ def test_the_compact_prompt_drops_the_oldest_history_to_fit_and_never_the_consta
 
     from gitresearch.config import Config
     from gitresearch.policies import State
+    from gitresearch.policies.base import Attempt
     from gitresearch.policies.prompt import build_compact_prompt
 
     source = (TARGET / "train.py").read_text()
@@ -97,3 +98,13 @@ def test_the_compact_prompt_drops_the_oldest_history_to_fit_and_never_the_consta
     assert "MATRIX_LR = 0.005" in fitted.messages[0]["content"] and fitted.tokens <= full.tokens - 30
     with pytest.raises(PolicyError, match="compact prompt needs"):
         build_compact_prompt(state, words, 50, 10)
+    # fed-back tries go after the history, oldest first, before the loop would have to stop
+    tries = [Attempt(f"reply {n} " + "word " * 50, "", f"error {n}") for n in (1, 2)]
+    retried = State("0" * 40, {"train.py": source}, history, [], Config(), attempts=tuple(tries))
+    bare = build_compact_prompt(State("0" * 40, {"train.py": source}, [], [], Config()), words, 100_000, 100)
+    both = build_compact_prompt(retried, words, 100_000, 100)
+    assert [m["role"] for m in both.messages] == ["user", "assistant", "user", "assistant", "user"]
+    one = build_compact_prompt(retried, words, bare.tokens + 16 + 100 + 70, 100)  # room for one try
+    assert one.history_shown == 0 and [m["content"][:7] for m in one.messages[1:]] == ["reply 2", "Rejecte"]
+    none = build_compact_prompt(retried, words, bare.tokens + 16 + 100, 100)
+    assert none.history_shown == 0 and len(none.messages) == 1 and "MATRIX_LR = 0.005" in none.messages[0]["content"]

@@ -303,3 +303,15 @@ def test_an_8bit_optimiser_updates_and_its_state_survives_a_restart(model, tmp_p
     from gitresearch.policies import PolicyError
     with pytest.raises(PolicyError, match=r"optimizer = 'paged_adamw8bit' needs bitsandbytes: pip install 'gitresearch\[rl8bit\]'"):
         learner(model, optimizer="paged_adamw8bit")
+
+
+def test_a_model_window_shorter_than_the_context_leaves_the_reply_half_of_it(model):
+    """pretrain-policy's models read 1,024 positions: with the default [llm] settings (a
+    16,384-token context, a 2,048-token reply) the reply budget alone would exceed the window
+    and no prompt could be built. The window caps the context and the reply gets half of it."""
+    default = PPOLearner(model, RLConfig(lora_r=8, target_modules=("c_attn",)), LLMConfig(temperature=1.0, device="cpu"))
+    assert (default.context_tokens, default.reply_tokens) == (256, 128)  # the tiny model reads 256 positions
+    assert default.sampling_config().max_new_tokens == 128
+    _, episode = default.generate(MESSAGES, seed=4)
+    assert len(episode.prompt_ids) + len(episode.response_ids) <= 256
+    assert learner(model).reply_tokens == 12  # a reply budget that fits is kept as set

@@ -149,6 +149,10 @@ class PPOLearner:
         self.reward_stats = RunningStats()
         positions = getattr(self.model.config, "max_position_embeddings", None) or getattr(self.model.config, "n_positions", None)
         self.context_tokens = min(llm.context_tokens, positions) if positions else llm.context_tokens
+        # a model whose window is shorter than [llm] context_tokens (a small LM trained by
+        # pretrain-policy: 1,024 positions) leaves the reply at most half of it, so that prompt
+        # and reply fit in the window instead of the default 2,048-token reply leaving no prompt
+        self.reply_tokens = min(llm.max_tokens, self.context_tokens // 2)
         self.temperature = llm.temperature if llm.temperature > 0 else 1.0  # the policy samples
         self.eos = self.tokenizer.eos_token_id
         self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (self.eos or 0)
@@ -193,7 +197,7 @@ class PPOLearner:
         behaviour log-probs, which `score` computes without any of it, would be wrong."""
         from transformers import GenerationConfig
 
-        return GenerationConfig(do_sample=True, max_new_tokens=self.llm.max_tokens, temperature=self.temperature,
+        return GenerationConfig(do_sample=True, max_new_tokens=self.reply_tokens, temperature=self.temperature,
                                 top_k=0, top_p=1.0, min_p=None, typical_p=1.0, repetition_penalty=1.0,
                                 no_repeat_ngram_size=0, bad_words_ids=None, suppress_tokens=None,
                                 begin_suppress_tokens=None, forced_bos_token_id=None, forced_eos_token_id=None,

@@ -197,15 +197,21 @@ def build_compact_prompt(state: State, count_tokens: Callable[[str], int], conte
     for attempt in state.attempts[-2:]:
         retries += [{"role": "assistant", "content": (attempt.reply or attempt.diff or "(empty reply)")[:REPLY_CHARS_FED_BACK]},
                     {"role": "user", "content": f"Rejected: {attempt.error[:600]}\nReply again: Description line, then one ```diff block."}]
-    budget = context_tokens - reply_tokens - sum(count_tokens(m["content"]) for m in retries) - 16
     shown = len(lines)
     user = compact_prompt(state.files, sites, lines, config.metric.name)
-    while count_tokens(user) > budget:
-        if shown == 0:
+    # history goes first, oldest first; then the fed-back tries, oldest first (a small model's
+    # window may not hold one: the loop asks again without it rather than stop); the
+    # constants' view never
+    while count_tokens(user) > (budget := context_tokens - reply_tokens - 16
+                                 - sum(count_tokens(m["content"]) for m in retries)):
+        if shown > 0:
+            shown = max(0, shown - max(1, shown // 4))
+            user = compact_prompt(state.files, sites, lines[:shown], config.metric.name)
+        elif retries:
+            retries = retries[2:]
+        else:
             raise PolicyError(f"the compact prompt needs {count_tokens(user)} tokens, over the {budget} "
                               f"the context leaves ([llm] context_tokens {context_tokens} - max_tokens {reply_tokens})")
-        shown = max(0, shown - max(1, shown // 4))
-        user = compact_prompt(state.files, sites, lines[:shown], config.metric.name)
     messages = [{"role": "user", "content": user}] + retries
     return Prompt(messages, count_tokens(user), shown, len(lines) - shown)
 

@@ -44,7 +44,7 @@ class RLPolicy:
             self.learner.add(self.pending, -self.config.reward.invalid_penalty)
             self.pending = None
         prompt = prompt_for(state, self.learner.count_tokens, self.learner.context_tokens,
-                              self.config.llm.max_tokens, self.system)
+                            self.learner.reply_tokens, self.system)
         seed = self.rng.randrange(2 ** 31) if self.seed is not None else None
         text, episode = self.learner.generate(prompt.messages, seed=seed)
         self.pending = episode
