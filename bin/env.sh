@@ -17,4 +17,4 @@ if [ ! -f "$stamp" ]; then
     "$VENV/bin/pip" install $quiet -e ".[test]"
     touch "$stamp"
 fi
-export PATH="$PWD/$VENV/bin:$PATH"
+export PATH="$(cd "$VENV" && pwd)/bin:$PATH"  # $GITRESEARCH_VENV may be absolute
