@@ -306,7 +306,7 @@ def print_research(result: dict, console: Console) -> None:
                       f"{s['early_stopped_share']:.0%}", f"{s['compute_s'] / 60:.0f}")
     console.print(table)
     learning = Table(title="per window of experiments (means over seeds)")
-    for column in ("policy", "experiments", "mean reward", "distinct diffs", "valid", "keeps"):
+    for column in ("policy", "experiments", "mean reward", "distinct diffs", "not invalid", "keeps"):
         learning.add_column(column, justify="left" if column == "policy" else "right")
     for policy, s in result["policies"].items():
         for w in s.get("windows") or []:

@@ -197,23 +197,23 @@ def build_compact_prompt(state: State, count_tokens: Callable[[str], int], conte
     for attempt in state.attempts[-2:]:
         retries += [{"role": "assistant", "content": (attempt.reply or attempt.diff or "(empty reply)")[:REPLY_CHARS_FED_BACK]},
                     {"role": "user", "content": f"Rejected: {attempt.error[:600]}\nReply again: Description line, then one ```diff block."}]
+    retry_costs = [count_tokens(m["content"]) for m in retries]
     shown = len(lines)
     user = compact_prompt(state.files, sites, lines, config.metric.name)
     # history goes first, oldest first; then the fed-back tries, oldest first (a small model's
     # window may not hold one: the loop asks again without it rather than stop); the
     # constants' view never
-    while count_tokens(user) > (budget := context_tokens - reply_tokens - 16
-                                 - sum(count_tokens(m["content"]) for m in retries)):
+    while (needed := count_tokens(user)) > (budget := context_tokens - reply_tokens - 16 - sum(retry_costs)):
         if shown > 0:
             shown = max(0, shown - max(1, shown // 4))
             user = compact_prompt(state.files, sites, lines[:shown], config.metric.name)
         elif retries:
-            retries = retries[2:]
+            retries, retry_costs = retries[2:], retry_costs[2:]
         else:
-            raise PolicyError(f"the compact prompt needs {count_tokens(user)} tokens, over the {budget} "
+            raise PolicyError(f"the compact prompt needs {needed} tokens, over the {budget} "
                               f"the context leaves ([llm] context_tokens {context_tokens} - max_tokens {reply_tokens})")
     messages = [{"role": "user", "content": user}] + retries
-    return Prompt(messages, count_tokens(user), shown, len(lines) - shown)
+    return Prompt(messages, needed, shown, len(lines) - shown)
 
 
 def prompt_for(state: State, count_tokens: Callable[[str], int], context_tokens: int,
