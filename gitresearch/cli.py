@@ -124,8 +124,8 @@ def loop(policy, backend, model, base_url, prompt, budget, max_experiments, max_
 
 @main.command("pretrain-policy")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="where the model goes [GITDIR/gitresearch/policy-lm]")
-@click.option("--examples", type=click.IntRange(1), help="imitation pairs [3000]")
-@click.option("--steps", type=click.IntRange(1), help="optimiser steps [800]")
+@click.option("--examples", type=click.IntRange(1), help="imitation pairs [4000]")
+@click.option("--steps", type=click.IntRange(1), help="optimiser steps [1200]")
 @click.option("--seed", type=int, default=0, show_default=True)
 def pretrain_policy(out, examples, steps, seed):
     """Train a small policy LM by imitation of this repo's constant edits (CPU, no download)."""

@@ -111,6 +111,21 @@ class Experiment:
     record: dict | None  # the note, None while the experiment has not finished
 
 
+
+def has_context_free_hunk(diff_text: str) -> bool:
+    """Whether some hunk of the diff has no context line (only - and + lines)."""
+    hunks, current = [], None  # per hunk: whether it has a context line
+    for line in diff_text.splitlines():
+        if line.startswith("@@"):
+            current = [False]
+            hunks.append(current)
+        elif current is None or line.startswith(("--- ", "+++ ", "diff --git ")):
+            current = None  # headers of the next file (a removed "-- x" line is read as one)
+        elif line.startswith(" "):
+            current[0] = True
+    return not all(context for context, in hunks)
+
+
 class Store:
     def __init__(self, path: Path):
         try:
@@ -184,10 +199,10 @@ class Store:
             raise GitError(f"{path} does not exist in {commit[:12]}") from err
         return self.repo[entry.id].data.decode("utf-8")
 
-    def make_diff(self, path: str, old: str, new: str) -> str:
-        """A git-style unified diff of one file."""
+    def make_diff(self, path: str, old: str, new: str, context_lines: int = 3) -> str:
+        """A git-style unified diff of one file, with `context_lines` around each change."""
         patch = pygit2.Patch.create_from(old.encode(), new.encode(), old_as_path=path,
-                                         new_as_path=path)
+                                         new_as_path=path, context_lines=context_lines)
         return patch.text
 
     def apply_diff(self, commit: str, diff_text: str) -> tuple[str, list[str]]:
@@ -197,15 +212,20 @@ class Store:
         pygit2 does not expose git_apply_to_tree, and libgit2's parser rejects the plain
         `--- a/x`/`+++ b/x` diffs without a `diff --git` line that people and models write).
         --recount ignores the line counts of hunk headers, which models often get wrong; the
-        context lines still have to match. The changed paths are read from the two trees,
-        so a rename, a deletion or a mode change is seen whatever the diff's headers say."""
+        context lines still have to match. A diff with a hunk that has no context line (what
+        `diff -U0` writes, and the small pretrain-policy LM: one line to copy instead of
+        three) is applied with --unidiff-zero: git then finds the removed lines wherever they
+        are (the hunk's line number is only where the search starts) instead of refusing.
+        The changed paths are read from the two trees, so a rename, a deletion or a mode
+        change is seen whatever the diff's headers say."""
         if not diff_text.strip():
             raise InvalidDiff("the diff is empty")
         index = {"GIT_INDEX_FILE": str(self.state_dir / f"apply-{os.getpid()}-{threading.get_ident()}.index")}
         try:
             git("read-tree", commit, cwd=self.root, env_extra=index)
             try:
-                git("apply", "--cached", "--recount", "--whitespace=nowarn", "-", cwd=self.root,
+                zero = ["--unidiff-zero"] if has_context_free_hunk(diff_text) else []
+                git("apply", "--cached", "--recount", "--whitespace=nowarn", *zero, "-", cwd=self.root,
                     input=diff_text if diff_text.endswith("\n") else diff_text + "\n",
                     env_extra=index)
             except GitError as err:

@@ -178,3 +178,25 @@ def test_git_calls_run_no_hook_and_pass_no_secret(store, monkeypatch):
     store.checkout(commit, store.root / "copy")
     assert not marker.exists()
     assert "OPENAI_API_KEY" not in gitstore.git_env() and "PATH" in gitstore.git_env()
+
+
+def test_a_diff_without_context_lines_applies_where_its_removed_line_is(store):
+    from gitresearch.gitstore import has_context_free_hunk
+
+    base = store.best()
+    old = store.read_file(base, "train.py")
+    target = next(line for line in old.splitlines() if line.startswith("LR = "))
+    number = old.splitlines().index(target) + 1
+    new = old.replace(target + "\n", "LR = 0.5\n")
+    zero = store.make_diff("train.py", old, new, context_lines=0)
+    assert has_context_free_hunk(zero) and not has_context_free_hunk(store.make_diff("train.py", old, new))
+    tree, paths = store.apply_diff(base, zero)
+    assert paths == ["train.py"] and store.tree_file(tree, "train.py") == new
+    # a wrong line number only says where git starts looking; the count is recounted
+    wrong = zero.replace(f"@@ -{number} +{number} @@", f"@@ -{number + 40},3 +{number + 40},7 @@")
+    assert wrong != zero
+    tree, _ = store.apply_diff(base, wrong)
+    assert store.tree_file(tree, "train.py") == new
+    # a removed line that is not in the file still refuses the diff
+    with pytest.raises(InvalidDiff, match="does not apply"):
+        store.apply_diff(base, zero.replace(f"-{target}", "-LR = 12345"))

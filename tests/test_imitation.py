@@ -46,7 +46,7 @@ def test_every_reply_parses_and_applies_to_the_file_its_prompt_showed(tmp_path):
         before = {s.name: s.value for s in find_sites(ex.before, config.policy.skip_constants)}
         after = {s.name: s.value for s in find_sites(ex.after, config.policy.skip_constants)}
         moved = {name for name in before if before[name] != after[name]}
-        assert 1 <= len(moved) <= 3 and moved <= live
+        assert len(moved) == 1 and moved <= live  # one constant: one 3-line hunk to copy
         assert description == ex.reply.splitlines()[0].removeprefix("Description: ")
         for name in moved:
             assert f"{name} {before[name]!r} -> {after[name]!r}" in description
@@ -108,3 +108,23 @@ def test_the_compact_prompt_drops_the_oldest_history_to_fit_and_never_the_consta
     assert one.history_shown == 0 and [m["content"][:7] for m in one.messages[1:]] == ["reply 2", "Rejecte"]
     none = build_compact_prompt(retried, words, bare.tokens + 16 + 100, 100)
     assert none.history_shown == 0 and len(none.messages) == 1 and "MATRIX_LR = 0.005" in none.messages[0]["content"]
+
+
+def test_the_pretraining_loss_on_right_padded_batches_equals_the_masked_loss():
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from gitresearch.policies.pretrain import reply_loss
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=32, n_embd=16, n_layer=2, n_head=2,
+                                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()
+    batch = [([5, 6, 7, 8, 9, 10, 11], [-100, -100, -100, 8, 9, 10, 11]), ([12, 13, 14], [-100, 13, 14])]
+    width, pad = 7, 3
+    ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in batch])
+    mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in batch])
+    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
+    masked = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    assert torch.allclose(reply_loss(model, batch, pad), masked, atol=1e-6)
+    # and the padding is really ignored: another pad id gives the same loss
+    assert torch.allclose(reply_loss(model, batch, 0), masked, atol=1e-6)

@@ -4,10 +4,13 @@
 Each example starts from the target's files moved by a few random steps of the random policy
 (so a model has to read the values off the prompt rather than remember the baseline), shows
 the compact prompt (prompt.build_compact_prompt: the lines around each live constant, which
-is all a constant edit's diff needs as context, and a few made-up past experiments), and answers with a Description line and one
-```diff block that edits one to three live constants as the random policy would. The diff is
-written the way people and models write one (`--- a/PATH`, `+++ b/PATH`, hunks; no
-`diff --git` or blob ids to copy). Every reply goes through parse_reply and `git apply`
+is all a constant edit's diff needs as context, and made-up past experiments of every status
+the loop records), and answers with a Description line and one ```diff block that changes one
+live constant as the random policy would. The diff is written the way people and models write
+one (`--- a/PATH`, `+++ b/PATH`, one hunk; no `diff --git` or blob ids to copy) with no
+context line, as `diff -U0` writes it: the model copies one line of its prompt and edits its
+value, instead of 7-line hunks of neighbouring lines that merge when constants sit close
+together (measured: docs/policies.md). Every reply goes through parse_reply and `git apply`
 unchanged (tests/test_imitation.py checks both on a real repo).
 
     from gitresearch.policies.imitation import examples
@@ -22,11 +25,15 @@ from typing import Callable
 
 from .constants import Site, find_sites, rewrite
 from .prompt import compact_prompt, fence, history_line
-from .random_search import random_changes
+from .random_search import mutate_site, random_changes
 
 WANDER_STEPS = 4  # at most this many random steps move the files before an example
-MAX_HISTORY = 6  # past-experiment lines drawn for an example's prompt
-STATUSES = ("keep", "discard", "discard", "early_stop", "early_stop", "crash")
+MAX_HISTORY = 12  # past-experiment lines drawn for an example's prompt
+REPLY_CONTEXT = 0  # lines of context around the reply's change (git apply --unidiff-zero)
+# the loop's statuses, weighted roughly as a young policy meets them (many replies invalid)
+STATUSES = ("keep", "discard", "discard", "early_stop", "early_stop", "crash", "timeout",
+            "invalid", "invalid", "invalid")
+UNMEASURED = ("crash", "timeout", "invalid")
 
 
 @dataclass(frozen=True)
@@ -50,12 +57,16 @@ def plain_diff(git_diff: str) -> str:
     return HUNK_SECTION.sub(r"\1", diff)
 
 
-def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[[str, str, str], str],
+def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[..., str],
              n: int, skip: tuple[str, ...] = (), cuda: bool = False, metric: str = "val_bpb",
              wander: int = WANDER_STEPS) -> list[Example]:
     """n imitation examples over `files` (path -> source of the baseline)."""
-    def live(source: str) -> list[Site]:
-        return find_sites(source, skip, cuda=cuda, metric=metric)
+    seen: dict[str, list[Site]] = {}
+
+    def live(source: str) -> list[Site]:  # parsing dominates making examples: once per text
+        if source not in seen:
+            seen[source] = find_sites(source, skip, cuda=cuda, metric=metric)
+        return seen[source]
 
     paths = sorted(p for p, source in files.items() if live(source))
     if not paths:
@@ -74,18 +85,19 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[[str
         history, number = [], rng.randint(1, 300)
         for k in range(rng.randint(0, MAX_HISTORY)):
             status = rng.choice(STATUSES)
-            value = None if status == "crash" else round(rng.uniform(1.5, 4.0), 6)
+            value = None if status in UNMEASURED else round(rng.uniform(1.5, 4.0), 6)
             delta = None if value is None else round(rng.uniform(-0.05, 0.5), 6)
             path = rng.choice(paths)
             history.append(history_line(number - k, status, value, delta,
                                         described(random_changes(sites[path], rng))))
         path = rng.choice(paths)
-        changes = random_changes(sites[path], rng)
+        site = rng.choice(sites[path])
+        changes = [(site, new)] if (new := mutate_site(site, rng)) is not None else []
         after = rewrite(current[path], changes)
         if not changes or after == current[path]:
             continue
         description = described(changes)
-        diff = plain_diff(make_diff(path, current[path], after))
+        diff = plain_diff(make_diff(path, current[path], after, context_lines=REPLY_CONTEXT))
         reply = f"Description: {description}\n{fence(diff, 'diff')}\n"
         out.append(Example(compact_prompt(current, sites, history, metric), reply, path, current[path], after))
     return out
