@@ -328,10 +328,12 @@ def bench_early_stop(curves, interval, min_fraction, beta, alpha, noise, methods
 @click.option("--parallel", type=int, default=2, show_default=True, help="loops at a time")
 @click.option("--model", help="--model of the llm and rl policies' loops (a local path for rl)")
 @click.option("--prompt", type=click.Choice(["full", "compact"]), help="--prompt of the llm and rl policies' loops")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
+              help="keep the loops' repos here (default: a temporary directory, removed)")
 @click.option("--json", "as_json", is_flag=True, help="the whole result as JSON on stdout")
 @click.option("--results", type=click.Path(dir_okay=False, path_type=Path), help="write the result as JSON here")
 @click.option("-o", "output", type=click.Path(dir_okay=False, path_type=Path), help="plot (PNG) here")
-def bench_research_cmd(target, policies, experiments, seeds, parallel, model, prompt, as_json, results, output):
+def bench_research_cmd(target, policies, experiments, seeds, parallel, model, prompt, workdir, as_json, results, output):
     """Full loops per policy and seed on the research gym: best so far against experiments and
     compute, experiments to reach random search's final best, area under the curve."""
     from . import research_bench
@@ -339,7 +341,9 @@ def bench_research_cmd(target, policies, experiments, seeds, parallel, model, pr
     names = [p.strip() for p in policies.split(",") if p.strip()]
     extra = [*(["--model", model] if model else []), *(["--prompt", prompt] if prompt else [])]
     with Steps(console, "loops (policy x seed)", len(names) * seeds) as steps:
-        result = research_bench.bench_research(names, experiments, seeds, parallel, target,
+        if workdir:
+            workdir.mkdir(parents=True, exist_ok=True)
+        result = research_bench.bench_research(names, experiments, seeds, parallel, target, workdir,
                                                progress=steps.advance, model_args=extra)
     if results:
         research_bench.write_json(result, results)

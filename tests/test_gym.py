@@ -151,7 +151,9 @@ def test_compute_charges_what_the_loop_spent():
 
 
 def test_bench_research_end_to_end(tmp_path):
-    result = research_bench.bench_research(["random", "optuna-tpe"], experiments=8, seeds=2, parallel=2)
+    loops = tmp_path / "loops"  # --workdir: the loops' repos are kept
+    result = research_bench.bench_research(["random", "optuna-tpe"], experiments=8, seeds=2, parallel=2,
+                                           workdir=loops)
     assert set(result["policies"]) == {"random", "optuna-tpe"}
     for policy, runs in result["runs"].items():
         assert len(runs) == 2
@@ -169,6 +171,17 @@ def test_bench_research_end_to_end(tmp_path):
     assert result["reference_random_final"] == statistics.median(r["best"][-1] for r in result["runs"]["random"])
     research_bench.plot(result, tmp_path / "plot.png")
     assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the snapshot script reads the same figures back from the kept repos' notes
+    script = Path(__file__).parents[1] / "benchmarks" / "research_snapshot.py"
+    subprocess.run([sys.executable, str(script), str(loops), str(tmp_path / "snap.json")], check=True,
+                   capture_output=True)
+    snap = json.loads((tmp_path / "snap.json").read_text())["loops"]
+    assert snap.keys() == {f"{p}-seed{s}" for p in ("random", "optuna-tpe") for s in (0, 1)}
+    for policy, runs in result["runs"].items():
+        for r in runs:
+            got = snap[f"{policy}-seed{r['seed']}"]
+            assert got["experiments"] == 8 and got["best_final"] == r["best"][-1]
+            assert got["windows"][0]["mean_reward"] == pytest.approx(statistics.fmean(r["rewards"][1:]))
 
 
 def test_the_policies_search_every_constant_the_surrogate_reads():

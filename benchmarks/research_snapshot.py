@@ -1,0 +1,33 @@
+#!/usr/bin/env python
+"""The figures of `gitresearch bench research --workdir DIR` loops read from their notes, also
+while they run or after they were cut off: per loop, the experiments so far, best so far
+(final and at 25, 50, ... experiments), the status counts and the per-window figures of
+research_bench.windows; for rl loops, every PPO update's KL, entropy and clip fraction and
+the reasons of the invalid experiments.
+
+    python benchmarks/research_snapshot.py DIR OUT.json
+"""
+import json, sys, time
+from collections import Counter
+from pathlib import Path
+from gitresearch.gitstore import Store
+from gitresearch.research_bench import trajectory, windows
+root, out = Path(sys.argv[1]), Path(sys.argv[2])
+loops = {}
+for repo in sorted(root.iterdir()):
+    recs = [e.record or {} for e in reversed(Store(repo).experiments())]
+    recs = [r for r in recs if r.get("status")]  # an experiment still running has no status
+    t = trajectory(recs)
+    entry = {"experiments": len(recs) - 1, "best_final": t["best"][-1],
+             "best_at": {n: t["best"][n] for n in (25, 50, 75, 100, 150, 200, 250, 300) if n < len(t["best"])},
+             "statuses": dict(Counter(r["status"] for r in recs)),
+             "windows": windows(t)}
+    if repo.name.startswith("rl-"):
+        ups = [json.loads(l) for l in (repo / ".git/gitresearch/rl/updates.jsonl").read_text().splitlines()]
+        entry["updates"] = [{k: u.get(k) for k in ("experiment", "episodes", "mean_reward", "kl", "entropy", "clip_frac")} for u in ups]
+        entry["invalid_reasons"] = dict(Counter((r.get("reason") or "").split("last: ")[-1][:40]
+                                                for r in recs if r["status"] == "invalid"))
+    loops[repo.name] = entry
+json.dump({"schema": 1, "snapshot_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loops": loops},
+          open(out, "w"), indent=1)
+print({k: (v["experiments"], round(v["best_final"], 4)) for k, v in loops.items()})
