@@ -341,8 +341,6 @@ def bench_research_cmd(target, policies, experiments, seeds, parallel, model, pr
     names = [p.strip() for p in policies.split(",") if p.strip()]
     extra = [*(["--model", model] if model else []), *(["--prompt", prompt] if prompt else [])]
     with Steps(console, "loops (policy x seed)", len(names) * seeds) as steps:
-        if workdir:
-            workdir.mkdir(parents=True, exist_ok=True)
         result = research_bench.bench_research(names, experiments, seeds, parallel, target, workdir,
                                                progress=steps.advance, model_args=extra)
     if results:

@@ -111,19 +111,19 @@ class Experiment:
     record: dict | None  # the note, None while the experiment has not finished
 
 
-
 def has_context_free_hunk(diff_text: str) -> bool:
     """Whether some hunk of the diff has no context line (only - and + lines)."""
-    hunks, current = [], None  # per hunk: whether it has a context line
-    for line in diff_text.splitlines():
-        if line.startswith("@@"):
-            current = [False]
-            hunks.append(current)
-        elif current is None or line.startswith(("--- ", "+++ ", "diff --git ")):
-            current = None  # headers of the next file (a removed "-- x" line is read as one)
-        elif line.startswith(" "):
-            current[0] = True
-    return not all(context for context, in hunks)
+    context = None  # of the hunk being read; None between hunks
+    # a hunk ends at the next hunk, the next file's headers (a removed "-- x" line is read as
+    # one) or the end (the sentinel)
+    for line in diff_text.splitlines() + ["@@"]:
+        if line.startswith(("@@", "--- ", "+++ ", "diff --git ")):
+            if context is False:
+                return True
+            context = False if line.startswith("@@") else None
+        elif context is not None and line.startswith(" "):
+            context = True
+    return False
 
 
 class Store:

@@ -201,6 +201,7 @@ def bench_research(policies: list[str], experiments: int, seeds: int, parallel: 
     jobs = [(p, s) for s in range(seeds) for p in policies]
     with tempfile.TemporaryDirectory(prefix="gitresearch-bench-") as tmp:
         root = Path(workdir or tmp)
+        root.mkdir(parents=True, exist_ok=True)
 
         def job(item):
             policy, seed = item
