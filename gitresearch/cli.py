@@ -22,7 +22,7 @@ import click
 from rich.console import Console
 
 from . import bench, bisect_run, export, report
-from .config import Config, load
+from .config import Config, load, parse_settings
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NEGATIVE, GitresearchError
 from .gitstore import Store
 from .init import init_repo
@@ -59,8 +59,12 @@ class Group(click.Group):
             raise ErrorExit(str(err)) from err
 
 
-def _load(root: Path, **overrides) -> Config:
-    return load(root, overrides)
+def _load(root: Path, *settings: dict, **overrides) -> Config:
+    """The repo's config: `settings` (from --set) first, then the named flags (None: not given)."""
+    merged = {}
+    for given in (*settings, overrides):
+        merged.update({k: v for k, v in given.items() if v is not None})
+    return load(root, merged)
 
 
 def _repo_root() -> Path:
@@ -106,11 +110,14 @@ def init(directory: Path, template: str | None, commit: bool | None, probe: bool
 @click.option("--remote", help="a git remote shared with other machines [loop] remote")
 @click.option("--no-sandbox", is_flag=True, default=None,
               help="run train.py without a sandbox, with your file access ([sandbox] mode = \"none\")")
+@click.option("--set", "settings", multiple=True, metavar="SECTION.NAME=VALUE",
+              help="any setting of gitresearch.toml for this run, e.g. --set rl.ent_coef=0 (repeatable; "
+                   "the named flags above win)")
 def loop(policy, backend, model, base_url, prompt, budget, max_experiments, max_hours, patience, early_stop, seed,
-         sampler, suggest, agent_command, workers, remote, no_sandbox):
+         sampler, suggest, agent_command, workers, remote, no_sandbox, settings):
     """Run experiments until a stop condition; resumes from git state after any stop."""
     root = _repo_root()
-    config = _load(root, **{"run.budget_s": budget, "loop.max_experiments": max_experiments,
+    config = _load(root, parse_settings(settings), **{"run.budget_s": budget, "loop.max_experiments": max_experiments,
                             "loop.max_hours": max_hours, "loop.patience": patience,
                             "early_stop.enabled": early_stop, "policy.seed": seed,
                             "policy.sampler": sampler, "policy.agent_command": agent_command, "policy.suggest": suggest, "policy.name": policy, "llm.backend": backend, "llm.model": model, "llm.prompt": prompt,
@@ -330,19 +337,23 @@ def bench_early_stop(curves, interval, min_fraction, beta, alpha, noise, methods
 @click.option("--prompt", type=click.Choice(["full", "compact"]), help="--prompt of the llm and rl policies' loops")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
               help="keep the loops' repos here (default: a temporary directory, removed)")
+@click.option("--set", "settings", multiple=True, metavar="SECTION.NAME=VALUE",
+              help="passed to every loop (loop --set), e.g. an ablation: --set rl.ent_coef=0 (repeatable)")
 @click.option("--json", "as_json", is_flag=True, help="the whole result as JSON on stdout")
 @click.option("--results", type=click.Path(dir_okay=False, path_type=Path), help="write the result as JSON here")
 @click.option("-o", "output", type=click.Path(dir_okay=False, path_type=Path), help="plot (PNG) here")
-def bench_research_cmd(target, policies, experiments, seeds, parallel, model, prompt, workdir, as_json, results, output):
+def bench_research_cmd(target, policies, experiments, seeds, parallel, model, prompt, workdir, settings, as_json,
+                       results, output):
     """Full loops per policy and seed on the research gym: best so far against experiments and
     compute, experiments to reach random search's final best, area under the curve."""
     from . import research_bench
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     extra = [*(["--model", model] if model else []), *(["--prompt", prompt] if prompt else [])]
+    parse_settings(settings)  # a typo or a wrong type fails here, not in every loop
     with Steps(console, "loops (policy x seed)", len(names) * seeds) as steps:
         result = research_bench.bench_research(names, experiments, seeds, parallel, target, workdir,
-                                               progress=steps.advance, model_args=extra)
+                                               progress=steps.advance, model_args=extra, settings=settings)
     if results:
         research_bench.write_json(result, results)
     if output:

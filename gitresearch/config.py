@@ -270,6 +270,28 @@ def checked(value, annotation: str, where: str):
     raise ConfigError(f"{where} = {value!r}: expected {annotation.replace('tuple[str, ...]', 'a list of strings')}")
 
 
+def parse_settings(items) -> dict[str, object]:
+    """`--set SECTION.NAME=VALUE` items -> load()'s overrides. VALUE is read as a TOML value
+    (0.0, true, "text", [1, 2]); anything TOML does not read is taken as a bare string. The key
+    must name a setting of gitresearch.toml ([search] is a table of its own: not settable)."""
+    sections = {f.name: f.default_factory() for f in fields(Config) if f.name not in ("schema", "search")}
+    out: dict[str, object] = {}
+    for item in items:
+        key, equals, text = item.partition("=")
+        section, dot, name = key.strip().partition(".")
+        known = {f.name: f.type for f in fields(sections[section])} if section in sections else {}
+        if not equals or not dot or name not in known:
+            raise ConfigError(f"--set {item}: expected SECTION.NAME=VALUE naming a setting of "
+                              f"gitresearch.toml (sections: {', '.join(sections)})")
+        try:
+            value = tomllib.loads(f"value = {text.strip()}")["value"]
+        except tomllib.TOMLDecodeError:
+            value = text.strip()
+        value = tuple(value) if isinstance(value, list) else value
+        out[f"{section}.{name}"] = checked(value, known[name], f"--set {section}.{name}")
+    return out
+
+
 def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
     """Read ROOT/gitresearch.toml (absent: all defaults); `overrides` maps "section.name" to a
     value from the command line; None values are ignored."""

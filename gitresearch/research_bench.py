@@ -56,12 +56,13 @@ def loop_args(policy: str, model_args: list[str] = ()) -> list[str]:
 
 
 def run_one(policy: str, seed: int, experiments: int, workdir: Path, target: str = "gym",
-            model_args: list[str] = ()) -> tuple[list[dict], float]:
-    """One loop: its experiments' notes, in order, and its wall seconds."""
+            model_args: list[str] = (), settings: tuple[str, ...] = ()) -> tuple[list[dict], float]:
+    """One loop (`settings`: its --set items): its experiments' notes, in order, and its wall
+    seconds."""
     repo = workdir / f"{policy}-seed{seed}"
     list(init_repo(repo, template=target))
     command = [sys.executable, "-m", "gitresearch", "loop", *loop_args(policy, model_args), "--seed", str(seed),
-               "--max-experiments", str(experiments)]
+               "--max-experiments", str(experiments), *(a for item in settings for a in ("--set", item))]
     started = time.monotonic()
     proc = subprocess.run(command, cwd=repo, capture_output=True, text=True,
                           env=dict(os.environ, COLUMNS="120"))
@@ -196,7 +197,7 @@ def summarise(runs: dict[str, list[dict]], compute_points: int = 50) -> dict:
 
 def bench_research(policies: list[str], experiments: int, seeds: int, parallel: int = 2,
                    target: str = "gym", workdir: Path | None = None, progress=None,
-                   model_args: list[str] = ()) -> dict:
+                   model_args: list[str] = (), settings: tuple[str, ...] = ()) -> dict:
     """Every (policy, seed) loop, then the summary; the raw trajectories are kept in "runs"."""
     jobs = [(p, s) for s in range(seeds) for p in policies]
     with tempfile.TemporaryDirectory(prefix="gitresearch-bench-") as tmp:
@@ -205,7 +206,7 @@ def bench_research(policies: list[str], experiments: int, seeds: int, parallel: 
 
         def job(item):
             policy, seed = item
-            records, wall = run_one(policy, seed, experiments, root, target, model_args)
+            records, wall = run_one(policy, seed, experiments, root, target, model_args, settings)
             result = {**trajectory(records), "wall_s": wall}
             result["ended_early"] = len(result["best"]) < experiments + 1  # the policy ran out
             while len(result["best"]) < experiments + 1:  # no more progress, no more compute
@@ -222,7 +223,7 @@ def bench_research(policies: list[str], experiments: int, seeds: int, parallel: 
     runs: dict[str, list[dict]] = {p: [] for p in policies}
     for (policy, seed), result in done:
         runs[policy].append({"seed": seed, **result})
-    return {"target": target, "experiments": experiments, "seeds": seeds,
+    return {"target": target, "experiments": experiments, "seeds": seeds, "settings": list(settings),
             **summarise(runs), "runs": runs}
 
 

@@ -153,8 +153,12 @@ def test_compute_charges_what_the_loop_spent():
 def test_bench_research_end_to_end(tmp_path):
     loops = tmp_path / "loops"  # --workdir: the loops' repos are kept
     result = research_bench.bench_research(["random", "optuna-tpe"], experiments=8, seeds=2, parallel=2,
-                                           workdir=loops)
-    assert set(result["policies"]) == {"random", "optuna-tpe"}
+                                           workdir=loops, settings=("reward.novelty_epsilon=0",))
+    assert set(result["policies"]) == {"random", "optuna-tpe"} and result["settings"] == ["reward.novelty_epsilon=0"]
+    # --set reaches every loop: the diffs were novel, the reward paid nothing for it
+    records = [e.record for repo in loops.iterdir() for e in Store(repo).experiments() if e.record.get("diff_sha")]
+    assert len(records) == 32 and any(r["novelty"] > 0 for r in records)
+    assert all(r["reward"]["novelty"] == 0 for r in records)
     for policy, runs in result["runs"].items():
         assert len(runs) == 2
         for r in runs:

@@ -56,6 +56,60 @@ def test_every_reply_parses_and_applies_to_the_file_its_prompt_showed(tmp_path):
                 assert line[1:] in ex.prompt.splitlines(), line
 
 
+def test_failed_tries_before_a_reply_are_fed_back_as_the_loop_feeds_back_its_own(tmp_path):
+    """Each made-up failed try fails the loop's real checks with the error it shows, and the
+    messages are those build_compact_prompt makes for a state holding those tries."""
+    import re
+
+    from gitresearch.config import Config
+    from gitresearch.gitstore import InvalidDiff
+    from gitresearch.policies import InvalidReply, State
+    from gitresearch.policies.base import Attempt
+    from gitresearch.policies.prompt import build_compact_prompt
+
+    config = load(TARGET)
+    source = (TARGET / "train.py").read_text()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    sh("git", "init", "-q", "-b", "main", cwd=repo)
+    store = Store(repo)
+    pairs = examples({"train.py": source}, random.Random(1), store.make_diff, n=40,
+                     skip=config.policy.skip_constants, tries=(1, 2))
+    kinds = set()
+    for ex in pairs:
+        assert len(ex.retries) in (2, 4) and ex.messages[1:] == list(ex.retries)
+        (repo / "train.py").write_text(ex.before)
+        sh("git", "add", "train.py", cwd=repo)
+        sh("git", "commit", "-qm", "start", "--allow-empty", cwd=repo)
+        head = store.resolve("HEAD")
+        attempts = []
+        for said, told in zip(ex.retries[::2], ex.retries[1::2]):
+            assert said["role"] == "assistant" and told["role"] == "user"
+            reply = "" if said["content"] == "(empty reply)" else said["content"]
+            error = told["content"].removeprefix("Rejected: ").split("\nReply again:")[0]
+            try:
+                _, diff = parse_reply(reply, {"train.py": ex.before}, store.make_diff)
+            except InvalidReply as err:
+                assert str(err) == error
+                kinds.add("empty" if not reply else "no_diff")
+                attempts.append(Attempt(reply, "", error))
+                continue
+            try:
+                store.apply_diff(head, diff)
+            except InvalidDiff as err:  # git's own words, at this repo's commit
+                assert str(err) == re.sub(r"to [0-9a-f]{12}:", f"to {head[:12]}:", error)
+                kinds.add("stale")
+            else:
+                assert re.fullmatch(r"this exact change was already tried as experiment #\d+; "
+                                    r"propose something different", error)
+                kinds.add("already_tried")
+            attempts.append(Attempt(reply, diff, error))
+        state = State(head, {"train.py": ex.before}, [], [], Config(), attempts=tuple(attempts))
+        fed_back = build_compact_prompt(state, lambda text: len(text.split()), 100_000, 100).messages[1:]
+        assert fed_back == list(ex.retries)
+    assert kinds == {"empty", "no_diff", "stale", "already_tried"}
+
+
 def test_a_pretrained_policy_lm_learns_the_reply_format_and_is_judged_on_real_applies(tmp_path):
     from gitresearch.init import init_repo
     from gitresearch.policies.ppo import PPOLearner

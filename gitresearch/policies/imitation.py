@@ -13,6 +13,12 @@ value, instead of 7-line hunks of neighbouring lines that merge when constants s
 together (measured: docs/policies.md). Every reply goes through parse_reply and `git apply`
 unchanged (tests/test_imitation.py checks both on a real repo).
 
+Some examples first show one or two failed tries fed back as the loop feeds them back on a
+retry (prompt.compact_retry: the failed reply, then "Rejected: <error>"): an empty reply, a
+reply with no diff, a diff whose removed line does not match the file (git's own error), a
+change already tried. Without them a model that failed once reads a prompt it never saw and
+mostly fails again (measured: docs/policies.md).
+
     from gitresearch.policies.imitation import examples
     pairs = examples(files, random.Random(0), store.make_diff, n=1000)
 """
@@ -24,8 +30,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .constants import Site, find_sites, rewrite
-from .prompt import compact_prompt, fence, history_line
+from . import InvalidReply
+from .prompt import compact_prompt, compact_retry, fence, history_line
 from .random_search import mutate_site, random_changes
+from .reply import parse_reply
 
 WANDER_STEPS = 4  # at most this many random steps move the files before an example
 MAX_HISTORY = 12  # past-experiment lines drawn for an example's prompt
@@ -34,6 +42,8 @@ REPLY_CONTEXT = 0  # lines of context around the reply's change (git apply --uni
 STATUSES = ("keep", "discard", "discard", "early_stop", "early_stop", "crash", "timeout",
             "invalid", "invalid", "invalid")
 UNMEASURED = ("crash", "timeout", "invalid")
+FAILED_TRIES = (0, 0, 0, 0, 0, 0, 1, 1, 1, 2)  # failed tries fed back before an example's reply
+FAILURES = ("empty", "no_diff", "stale", "already_tried")  # what a made-up failed try got wrong
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,12 @@ class Example:
     path: str  # the edited file
     before: str  # its text the prompt shows
     after: str  # its text once the reply's diff is applied
+    retries: tuple[dict, ...] = ()  # failed tries fed back after the prompt (assistant, user)
+
+    @property
+    def messages(self) -> list[dict]:
+        """The chat messages the reply answers."""
+        return [{"role": "user", "content": self.prompt}, *self.retries]
 
 
 HUNK_SECTION = re.compile(r"^(@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@).*$", re.MULTILINE)
@@ -57,10 +73,48 @@ def plain_diff(git_diff: str) -> str:
     return HUNK_SECTION.sub(r"\1", diff)
 
 
+def described(changes) -> str:
+    return "; ".join(f"{s.name} {s.value!r} -> {new!r}" for s, new in changes)
+
+
+def reply_text(path: str, before: str, after: str, changes, make_diff: Callable[..., str]) -> str:
+    diff = plain_diff(make_diff(path, before, after, context_lines=REPLY_CONTEXT))
+    return f"Description: {described(changes)}\n{fence(diff, 'diff')}\n"
+
+
+def failed_try(kind: str, path: str, source: str, change, sites: list[Site], rng: random.Random,
+               make_diff: Callable[..., str]) -> tuple[str, str]:
+    """(reply, error) of a made-up failed try before the reply that makes `change`, with the
+    error the loop would record for it: parse_reply's own for a reply without a diff, git
+    apply's wording for a removed line that is not in the file."""
+    site, new = change
+    if kind == "stale":  # the intended change, copied from a line with another value
+        wrong = mutate_site(site, rng)
+        if wrong not in (None, site.value, new):
+            stale = rewrite(source, [(site, wrong)])
+            reply = reply_text(path, stale, rewrite(source, [change]), [(site, new)], make_diff)
+            return reply, (f"the diff does not apply to {rng.getrandbits(48):012x}: error: patch failed: "
+                           f"{path}:{site.line}\nerror: {path}: patch does not apply")
+    if kind == "already_tried":
+        other = rng.choice(sites)
+        value = mutate_site(other, rng)
+        if value is not None and (other, value) != change and rewrite(source, [(other, value)]) != source:
+            reply = reply_text(path, source, rewrite(source, [(other, value)]), [(other, value)], make_diff)
+            return reply, (f"this exact change was already tried as experiment #{rng.randint(1, 300)}; "
+                           "propose something different")
+    reply = "" if kind == "empty" else f"Description: {described([change])}\n"
+    try:
+        parse_reply(reply, {path: source}, make_diff)
+    except InvalidReply as err:
+        return reply, str(err)
+    raise AssertionError(f"a made-up failed reply parsed: {reply!r}")
+
+
 def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[..., str],
              n: int, skip: tuple[str, ...] = (), cuda: bool = False, metric: str = "val_bpb",
-             wander: int = WANDER_STEPS) -> list[Example]:
-    """n imitation examples over `files` (path -> source of the baseline)."""
+             wander: int = WANDER_STEPS, tries: tuple[int, ...] = FAILED_TRIES) -> list[Example]:
+    """n imitation examples over `files` (path -> source of the baseline), each after a number
+    of failed tries drawn from `tries`."""
     seen: dict[str, list[Site]] = {}
 
     def live(source: str) -> list[Site]:  # parsing dominates making examples: once per text
@@ -71,9 +125,6 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
     paths = sorted(p for p, source in files.items() if live(source))
     if not paths:
         raise ValueError("no live constant in the files: nothing to imitate")
-    def described(changes) -> str:
-        return "; ".join(f"{s.name} {s.value!r} -> {new!r}" for s, new in changes)
-
     out = []
     while len(out) < n:
         current = dict(files)
@@ -96,8 +147,10 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
         after = rewrite(current[path], changes)
         if not changes or after == current[path]:
             continue
-        description = described(changes)
-        diff = plain_diff(make_diff(path, current[path], after, context_lines=REPLY_CONTEXT))
-        reply = f"Description: {description}\n{fence(diff, 'diff')}\n"
-        out.append(Example(compact_prompt(current, sites, history, metric), reply, path, current[path], after))
+        reply = reply_text(path, current[path], after, changes, make_diff)
+        retries = [m for _ in range(rng.choice(tries))
+                   for m in compact_retry(*failed_try(rng.choice(FAILURES), path, current[path], changes[0],
+                                                      sites[path], rng, make_diff))]
+        out.append(Example(compact_prompt(current, sites, history, metric), reply, path, current[path], after,
+                           tuple(retries)))
     return out

@@ -61,8 +61,7 @@ def train_tokenizer(texts: list[str], vocab_size: int):
 
 def encode(tokenizer, example: Example, positions: int) -> tuple[list[int], list[int]] | None:
     """(input ids, labels) with the prompt's labels masked (-100); None if it does not fit."""
-    prompt = tokenizer(render_chat(tokenizer, [{"role": "user", "content": example.prompt}]),
-                       add_special_tokens=False)["input_ids"]
+    prompt = tokenizer(render_chat(tokenizer, example.messages), add_special_tokens=False)["input_ids"]
     reply = tokenizer(example.reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     if len(prompt) + len(reply) > positions:
         return None
@@ -88,8 +87,7 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
     started = time.monotonic()
     set_seed(config.seed)
     pairs = examples(files, random.Random(config.seed), make_diff, config.examples, skip, metric=metric)
-    tokenizer = train_tokenizer([render_chat(None, [{"role": "user", "content": e.prompt}]) + e.reply
-                                 for e in pairs], config.vocab_size)
+    tokenizer = train_tokenizer([render_chat(None, e.messages) + e.reply for e in pairs], config.vocab_size)
     data = [seq for e in pairs if (seq := encode(tokenizer, e, config.positions))]
     if not data:
         raise ValueError(f"no example fits in {config.positions} positions")
@@ -122,7 +120,7 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    stats = {"schema": 1, "config": asdict(config), "examples": len(data), "parameters": model.num_parameters(),
+    stats = {"schema": 2, "config": asdict(config), "examples": len(data), "parameters": model.num_parameters(),
              "tokens_seen": tokens,
              "first_loss": round(sum(losses[:20]) / len(losses[:20]), 4),
              "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
@@ -133,18 +131,20 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
 
 def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[str], dict[str, str]],
                 make_diff: Callable[[str, str, str], str], samples: int, temperature: float = 0.7,
-                seed: int = 0, skip: tuple[str, ...] = (), metric: str = "val_bpb") -> dict:
-    """Sample replies to compact prompts of `files` (made-up histories) and count those that
-    parse, apply (`apply(diff)` -> the new files, raising on failure) and change at least one
-    live constant; and how many of the valid diffs are distinct."""
+                seed: int = 0, skip: tuple[str, ...] = (), metric: str = "val_bpb",
+                tries: tuple[int, ...] = (0,)) -> dict:
+    """Sample replies to compact prompts of `files` (made-up histories, after a number of
+    failed tries drawn from `tries`: (0,) is a first try) and count those that parse, apply
+    (`apply(diff)` -> the new files, raising on failure) and change at least one live
+    constant; and how many of the valid diffs are distinct."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from ..gitstore import InvalidDiff
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    prompts = [e.prompt for e in examples(files, random.Random(10_000 + seed), make_diff, samples,
-                                          skip, metric=metric, wander=0)]
+    prompts = [e.messages for e in examples(files, random.Random(10_000 + seed), make_diff, samples,
+                                            skip, metric=metric, wander=0, tries=tries)]
     generation = GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
                                   max_new_tokens=384, eos_token_id=tokenizer.eos_token_id,
                                   pad_token_id=tokenizer.eos_token_id)
@@ -152,8 +152,7 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[str], d
     counts = {"valid": 0, "no_diff": 0, "does_not_apply": 0, "does_not_parse": 0, "no_constant_changed": 0}
     diffs = set()
     for prompt in prompts:
-        ids = tokenizer(render_chat(tokenizer, [{"role": "user", "content": prompt}]),
-                        add_special_tokens=False, return_tensors="pt")["input_ids"]
+        ids = tokenizer(render_chat(tokenizer, prompt), add_special_tokens=False, return_tensors="pt")["input_ids"]
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=generation)
         text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
@@ -195,5 +194,8 @@ def pretrain_repo(store, config, out: Path, settings: PretrainConfig = PretrainC
 
     stats["sampled"] = valid_share(out, files, apply, store.make_diff, settings.eval_samples,
                                    settings.temperature, settings.seed, skip, metric)
+    # the prompt of a retry: the loop's 2nd and 3rd tries show the failed ones with their errors
+    stats["sampled_after_failure"] = valid_share(out, files, apply, store.make_diff, settings.eval_samples,
+                                                 settings.temperature, settings.seed, skip, metric, tries=(1, 2))
     (Path(out) / "pretrain.json").write_text(json.dumps(stats, indent=2) + "\n")
     return stats

@@ -182,6 +182,13 @@ def compact_prompt(files: dict[str, str], sites: dict[str, list[Site]], history:
             + f"\n\n# Your task\n{COMPACT_TASK}")
 
 
+def compact_retry(reply: str, error: str) -> list[dict]:
+    """A failed try as the compact prompt feeds it back: the reply, then its error (the
+    imitation data shows the model exactly these messages)."""
+    return [{"role": "assistant", "content": (reply or "(empty reply)")[:REPLY_CHARS_FED_BACK]},
+            {"role": "user", "content": f"Rejected: {error[:600]}\nReply again: Description line, then one ```diff block."}]
+
+
 def build_compact_prompt(state: State, count_tokens: Callable[[str], int], context_tokens: int,
                          reply_tokens: int) -> Prompt:
     """The compact prompt for `state`, within context_tokens - reply_tokens: history lines
@@ -193,10 +200,8 @@ def build_compact_prompt(state: State, count_tokens: Callable[[str], int], conte
                     if s.name.split("[")[0] not in avoided]
              for path, source in state.files.items()}
     lines = [history_line(e.experiment, e.status, e.val_bpb, e.delta, e.description) for e in state.history]
-    retries = []
-    for attempt in state.attempts[-2:]:
-        retries += [{"role": "assistant", "content": (attempt.reply or attempt.diff or "(empty reply)")[:REPLY_CHARS_FED_BACK]},
-                    {"role": "user", "content": f"Rejected: {attempt.error[:600]}\nReply again: Description line, then one ```diff block."}]
+    retries = [m for attempt in state.attempts[-2:]
+               for m in compact_retry(attempt.reply or attempt.diff, attempt.error)]
     retry_costs = [count_tokens(m["content"]) for m in retries]
     shown = len(lines)
     user = compact_prompt(state.files, sites, lines, config.metric.name)
