@@ -2,12 +2,14 @@
 """The figures of `gitresearch bench research --workdir DIR` loops read from their notes, also
 while they run or after they were cut off: per loop, the experiments so far, best so far
 (final and at 25, 50, ... experiments), the status counts and the per-window figures of
-research_bench.windows; for rl loops, every PPO update's KL, entropy and clip fraction and
-the reasons of the invalid experiments.
+research_bench.windows; for rl loops, every PPO update's KL, entropy and clip fraction, the
+reasons of the invalid experiments, the errors of every failed try (valid experiments'
+earlier tries included) and, per window of 50, the share of experiments whose first try was
+valid.
 
     python benchmarks/research_snapshot.py DIR OUT.json
 """
-import json, sys, time
+import json, re, sys, time
 from collections import Counter
 from pathlib import Path
 from gitresearch.gitstore import Store
@@ -27,6 +29,11 @@ for repo in sorted(root.iterdir()):
         entry["updates"] = [{k: u.get(k) for k in ("experiment", "episodes", "mean_reward", "kl", "entropy", "clip_frac")} for u in ups]
         entry["invalid_reasons"] = dict(Counter((r.get("reason") or "").split("last: ")[-1][:40]
                                                 for r in recs if r["status"] == "invalid"))
+        entry["failed_try_errors"] = dict(Counter(re.sub(r"[0-9a-f]{12}|#\d+", "N", a["error"])[:40]
+                                                  for r in recs[1:] for a in r.get("attempts") or []))
+        first = [not r.get("attempts") for r in recs[1:]]
+        entry["first_try_valid"] = [round(sum(first[i:i + 50]) / len(first[i:i + 50]), 3)
+                                    for i in range(0, len(first), 50)]
     loops[repo.name] = entry
 json.dump({"schema": 1, "snapshot_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loops": loops},
           open(out, "w"), indent=1)

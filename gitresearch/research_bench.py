@@ -199,7 +199,9 @@ def bench_research(policies: list[str], experiments: int, seeds: int, parallel: 
                    target: str = "gym", workdir: Path | None = None, progress=None,
                    model_args: list[str] = (), settings: tuple[str, ...] = ()) -> dict:
     """Every (policy, seed) loop, then the summary; the raw trajectories are kept in "runs"."""
-    jobs = [(p, s) for s in range(seeds) for p in policies]
+    # the model policies' loops first: they are the long ones (an rl loop took 6x random's
+    # wall time), and one started last would run alone while the other slots sit idle
+    jobs = sorted(((p, s) for s in range(seeds) for p in policies), key=lambda job: job[0] not in MODEL_POLICIES)
     with tempfile.TemporaryDirectory(prefix="gitresearch-bench-") as tmp:
         root = Path(workdir or tmp)
         root.mkdir(parents=True, exist_ok=True)

@@ -145,14 +145,17 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[str], d
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     prompts = [e.messages for e in examples(files, random.Random(10_000 + seed), make_diff, samples,
                                             skip, metric=metric, wander=0, tries=tries)]
-    generation = GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
-                                  max_new_tokens=384, eos_token_id=tokenizer.eos_token_id,
-                                  pad_token_id=tokenizer.eos_token_id)
+    window = model.config.max_position_embeddings
     torch.manual_seed(seed)
     counts = {"valid": 0, "no_diff": 0, "does_not_apply": 0, "does_not_parse": 0, "no_constant_changed": 0}
     diffs = set()
     for prompt in prompts:
         ids = tokenizer(render_chat(tokenizer, prompt), add_special_tokens=False, return_tensors="pt")["input_ids"]
+        # a reply runs to the end of the model's window at most (a prompt with two failed tries
+        # leaves less than 384 positions; a reply that long has failed anyway)
+        generation = GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+                                      max_new_tokens=max(1, min(384, window - ids.shape[1])),
+                                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id)
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=generation)
         text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
