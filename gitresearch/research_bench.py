@@ -55,17 +55,29 @@ def loop_args(policy: str, model_args: list[str] = ()) -> list[str]:
     return ["--policy", policy, *(model_args if policy in MODEL_POLICIES else [])]
 
 
+def loop_env(parallel: int) -> dict[str, str]:
+    """The environment of one of `parallel` loops at a time: this machine's cores split among
+    them (OMP/MKL threads), unless the caller set OMP_NUM_THREADS itself. Left to torch's
+    default, every loop's policy LM takes every core, and three loops on two cores spent
+    most of their time in the thread pools' busy-waits (measured: docs/gym.md)."""
+    env = dict(os.environ, COLUMNS="120")
+    if "OMP_NUM_THREADS" not in os.environ:
+        threads = str(max(1, (os.cpu_count() or 1) // max(1, parallel)))
+        env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    return env
+
+
 def run_one(policy: str, seed: int, experiments: int, workdir: Path, target: str = "gym",
-            model_args: list[str] = (), settings: tuple[str, ...] = ()) -> tuple[list[dict], float]:
-    """One loop (`settings`: its --set items): its experiments' notes, in order, and its wall
-    seconds."""
+            model_args: list[str] = (), settings: tuple[str, ...] = (),
+            parallel: int = 1) -> tuple[list[dict], float]:
+    """One loop (`settings`: its --set items; `parallel`: loops at a time, which share the
+    cores): its experiments' notes, in order, and its wall seconds."""
     repo = workdir / f"{policy}-seed{seed}"
     list(init_repo(repo, template=target))
     command = [sys.executable, "-m", "gitresearch", "loop", *loop_args(policy, model_args), "--seed", str(seed),
                "--max-experiments", str(experiments), *(a for item in settings for a in ("--set", item))]
     started = time.monotonic()
-    proc = subprocess.run(command, cwd=repo, capture_output=True, text=True,
-                          env=dict(os.environ, COLUMNS="120"))
+    proc = subprocess.run(command, cwd=repo, capture_output=True, text=True, env=loop_env(parallel))
     wall = time.monotonic() - started
     if proc.returncode != 0:
         raise BenchError(f"{' '.join(command)} in {repo} exited {proc.returncode}:\n{proc.stdout[-2000:]}"
@@ -208,7 +220,7 @@ def bench_research(policies: list[str], experiments: int, seeds: int, parallel: 
 
         def job(item):
             policy, seed = item
-            records, wall = run_one(policy, seed, experiments, root, target, model_args, settings)
+            records, wall = run_one(policy, seed, experiments, root, target, model_args, settings, parallel)
             result = {**trajectory(records), "wall_s": wall}
             result["ended_early"] = len(result["best"]) < experiments + 1  # the policy ran out
             while len(result["best"]) < experiments + 1:  # no more progress, no more compute

@@ -198,3 +198,12 @@ def test_the_policies_search_every_constant_the_surrogate_reads():
     model = json.loads((GYM / "surrogate.json").read_text())
     searched = [s.name for s in find_sites((GYM / "train.py").read_text(), config.policy.skip_constants, cuda=False)]
     assert searched == [f["name"] for f in model["features"]]
+
+
+def test_parallel_loops_share_the_cores_unless_the_caller_set_the_threads(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert [research_bench.loop_env(n)["OMP_NUM_THREADS"] for n in (1, 3, 8, 16)] == ["8", "2", "1", "1"]
+    assert research_bench.loop_env(3)["MKL_NUM_THREADS"] == "2"
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    assert research_bench.loop_env(3)["OMP_NUM_THREADS"] == "5"
