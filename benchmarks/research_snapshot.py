@@ -25,7 +25,8 @@ for repo in sorted(root.iterdir()):
              "statuses": dict(Counter(r["status"] for r in recs)),
              "windows": windows(t)}
     if repo.name.startswith("rl-"):
-        ups = [json.loads(l) for l in (repo / ".git/gitresearch/rl/updates.jsonl").read_text().splitlines()]
+        log = repo / ".git/gitresearch/rl/updates.jsonl"  # absent until the first update
+        ups = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
         entry["updates"] = [{k: u.get(k) for k in ("experiment", "episodes", "mean_reward", "kl", "entropy", "clip_frac")} for u in ups]
         entry["invalid_reasons"] = dict(Counter((r.get("reason") or "").split("last: ")[-1][:40]
                                                 for r in recs if r["status"] == "invalid"))

@@ -205,6 +205,17 @@ class Store:
                                          new_as_path=path, context_lines=context_lines)
         return patch.text
 
+    def commit_files(self, parent: str, files: dict[str, str], message: str = "files") -> str:
+        """A commit of `parent`'s tree with `files` (path -> text) written over it, on no ref
+        (git gc removes it): something to apply a diff to when the files are in no commit."""
+        index = pygit2.Index()
+        index.read_tree(self.repo[parent].peel(pygit2.Tree))
+        for path, text in files.items():
+            index.add(pygit2.IndexEntry(path, self.repo.create_blob(text.encode()), pygit2.GIT_FILEMODE_BLOB))
+        signature = pygit2.Signature(*AUTHOR)
+        return str(self.repo.create_commit(None, signature, signature, message, index.write_tree(self.repo),
+                                           [pygit2.Oid(hex=parent)]))
+
     def apply_diff(self, commit: str, diff_text: str) -> tuple[str, list[str]]:
         """Apply a unified diff to `commit`'s tree: (new tree id, changed paths).
 

@@ -200,3 +200,19 @@ def test_a_diff_without_context_lines_applies_where_its_removed_line_is(store):
     # a removed line that is not in the file still refuses the diff
     with pytest.raises(InvalidDiff, match="does not apply"):
         store.apply_diff(base, zero.replace(f"-{target}", "-LR = 12345"))
+
+
+def test_commit_files_makes_an_unreferenced_commit_to_apply_a_diff_to(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    store = Store(repo)
+    head = store.resolve("HEAD")
+    refs_before = sh("git", "for-each-ref", cwd=repo).stdout
+    moved = store.read_file(head, "train.py").replace("LR = 0.1 ", "LR = 0.02 ")
+    commit = store.commit_files(head, {"train.py": moved})
+    assert store.read_file(commit, "train.py") == moved and store.parent_of(commit) == head
+    assert sh("git", "for-each-ref", cwd=repo).stdout == refs_before  # on no ref
+    diff = "--- a/train.py\n+++ b/train.py\n@@ -7 +7 @@\n-LR = 0.02  # learning rate\n+LR = 0.03  # learning rate\n"
+    tree, _ = store.apply_diff(commit, diff)
+    assert "LR = 0.03" in store.tree_file(tree, "train.py")
+    with pytest.raises(InvalidDiff, match="does not apply"):  # the moved value is what the diff must remove
+        store.apply_diff(head, diff)

@@ -1,7 +1,7 @@
 """Imitation data for a small policy LM that has to learn here, with no downloaded weights:
 (prompt, reply) pairs in the policies' own reply format, made from the search space.
 
-Each example starts from the target's files moved by a few random steps of the random policy
+Each example starts from the target's files moved by 0 to 12 random steps of the random policy
 (so a model has to read the values off the prompt rather than remember the baseline), shows
 the compact prompt (prompt.build_compact_prompt: the lines around each live constant, which
 is all a constant edit's diff needs as context, and made-up past experiments of every status
@@ -35,7 +35,10 @@ from .prompt import compact_prompt, compact_retry, fence, history_line
 from .random_search import mutate_site, random_changes
 from .reply import parse_reply
 
-WANDER_STEPS = 4  # at most this many random steps move the files before an example
+# at most this many random-policy steps move the files before an example: most constants
+# then differ from the baseline, so the model must read each value off its prompt (with 4,
+# it wrote the baseline's value from memory once the loop's keeps had moved best)
+WANDER_STEPS = 12
 MAX_HISTORY = 12  # past-experiment lines drawn for an example's prompt
 REPLY_CONTEXT = 0  # lines of context around the reply's change (git apply --unidiff-zero)
 # the loop's statuses, weighted roughly as a young policy meets them (many replies invalid)

@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 
 from .constants import find_sites
-from .imitation import Example, examples
+from .imitation import WANDER_STEPS, Example, examples
 from .ppo import render_chat
 from .reply import parse_reply
 from . import InvalidReply
@@ -129,27 +129,28 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
     return stats
 
 
-def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[str], dict[str, str]],
+def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[str, str], str], dict[str, str]],
                 make_diff: Callable[[str, str, str], str], samples: int, temperature: float = 0.7,
                 seed: int = 0, skip: tuple[str, ...] = (), metric: str = "val_bpb",
-                tries: tuple[int, ...] = (0,)) -> dict:
+                tries: tuple[int, ...] = (0,), wander: int = 0) -> dict:
     """Sample replies to compact prompts of `files` (made-up histories, after a number of
-    failed tries drawn from `tries`: (0,) is a first try) and count those that parse, apply
-    (`apply(diff)` -> the new files, raising on failure) and change at least one live
-    constant; and how many of the valid diffs are distinct."""
+    failed tries drawn from `tries`: (0,) is a first try; with `wander`, the files first
+    moved by up to that many random steps, as the loop's keeps move best) and count those
+    that parse, apply (`apply(files, diff)` -> the new files, raising on failure) and change
+    at least one live constant; and how many of the valid diffs are distinct."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from ..gitstore import InvalidDiff
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    prompts = [e.messages for e in examples(files, random.Random(10_000 + seed), make_diff, samples,
-                                            skip, metric=metric, wander=0, tries=tries)]
+    cases = [({**files, e.path: e.before}, e.messages) for e in examples(
+        files, random.Random(10_000 + seed), make_diff, samples, skip, metric=metric, wander=wander, tries=tries)]
     window = model.config.max_position_embeddings
     torch.manual_seed(seed)
     counts = {"valid": 0, "no_diff": 0, "does_not_apply": 0, "does_not_parse": 0, "no_constant_changed": 0}
     diffs = set()
-    for prompt in prompts:
+    for shown, prompt in cases:
         ids = tokenizer(render_chat(tokenizer, prompt), add_special_tokens=False, return_tensors="pt")["input_ids"]
         # a reply runs to the end of the model's window at most (a prompt with two failed tries
         # leaves less than 384 positions; a reply that long has failed anyway)
@@ -160,15 +161,15 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[str], d
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=generation)
         text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
         try:
-            _, diff = parse_reply(text, files, make_diff)
-            new = apply(diff)
+            _, diff = parse_reply(text, shown, make_diff)
+            new = apply(shown, diff)
         except InvalidReply:
             counts["no_diff"] += 1
             continue
         except InvalidDiff:
             counts["does_not_apply"] += 1
             continue
-        before = {(p, s.name): s.value for p, src in files.items() for s in find_sites(src, skip, metric=metric)}
+        before = {(p, s.name): s.value for p, src in shown.items() for s in find_sites(src, skip, metric=metric)}
         try:
             after = {(p, s.name): s.value for p, src in new.items() for s in find_sites(src, skip, metric=metric)}
         except SyntaxError:
@@ -191,8 +192,9 @@ def pretrain_repo(store, config, out: Path, settings: PretrainConfig = PretrainC
     skip, metric = config.policy.skip_constants, config.metric.name
     stats = pretrain(files, out, store.make_diff, settings, skip, metric, log)
 
-    def apply(diff: str) -> dict[str, str]:
-        tree, _ = store.apply_diff(best, diff)
+    def apply(shown: dict[str, str], diff: str) -> dict[str, str]:
+        base = best if shown == files else store.commit_files(best, shown)
+        tree, _ = store.apply_diff(base, diff)
         return {path: store.tree_file(tree, path) for path in files}
 
     stats["sampled"] = valid_share(out, files, apply, store.make_diff, settings.eval_samples,
@@ -200,5 +202,8 @@ def pretrain_repo(store, config, out: Path, settings: PretrainConfig = PretrainC
     # the prompt of a retry: the loop's 2nd and 3rd tries show the failed ones with their errors
     stats["sampled_after_failure"] = valid_share(out, files, apply, store.make_diff, settings.eval_samples,
                                                  settings.temperature, settings.seed, skip, metric, tries=(1, 2))
+    # best after the loop's keeps have moved it: values the model cannot have memorised
+    stats["sampled_moved"] = valid_share(out, files, apply, store.make_diff, settings.eval_samples,
+                                         settings.temperature, settings.seed, skip, metric, wander=WANDER_STEPS)
     (Path(out) / "pretrain.json").write_text(json.dumps(stats, indent=2) + "\n")
     return stats
