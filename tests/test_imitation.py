@@ -17,6 +17,20 @@ from helpers import sh
 TARGET = Path(__file__).parents[1] / "target_repo"
 
 
+def empty_repo(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    sh("git", "init", "-q", "-b", "main", cwd=repo)
+    return repo, Store(repo)
+
+
+def commit_start(repo, text: str) -> None:
+    """HEAD holds `text` as train.py: the file an example's prompt showed."""
+    (repo / "train.py").write_text(text)
+    sh("git", "add", "train.py", cwd=repo)
+    sh("git", "commit", "-qm", "start", "--allow-empty", cwd=repo)
+
+
 def test_compact_view_keeps_the_lines_around_each_constant_and_numbers_its_runs():
     source = "import os\n\n\nA = 1\nx = 2\n\n\n\n\n\n\nB = 0.5\ny = A * B\n"
     view = compact_view(source, [Site("A", 4, 4, 5, 1), Site("B", 12, 4, 7, 0.5)], context=1)
@@ -24,20 +38,14 @@ def test_compact_view_keeps_the_lines_around_each_constant_and_numbers_its_runs(
 
 
 def test_every_reply_parses_and_applies_to_the_file_its_prompt_showed(tmp_path):
-    config = load(TARGET)
-    source = (TARGET / "train.py").read_text()
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    sh("git", "init", "-q", "-b", "main", cwd=repo)
-    store = Store(repo)
+    config, source = load(TARGET), (TARGET / "train.py").read_text()
+    repo, store = empty_repo(tmp_path)
     pairs = examples({"train.py": source}, random.Random(0), store.make_diff, n=25,
                      skip=config.policy.skip_constants)
     assert len({ex.before for ex in pairs}) >= 15  # starts moved off the baseline, not one file
     live = {s.name for s in find_sites(source, config.policy.skip_constants)}
     for ex in pairs:
-        (repo / "train.py").write_text(ex.before)
-        sh("git", "add", "train.py", cwd=repo)
-        sh("git", "commit", "-qm", "start", "--allow-empty", cwd=repo)
+        commit_start(repo, ex.before)
         description, diff = parse_reply(ex.reply, {"train.py": ex.before}, store.make_diff)
         assert diff.startswith("--- a/train.py\n+++ b/train.py\n@@ ") and all(
             line.endswith(" @@") for line in diff.splitlines() if line.startswith("@@"))
@@ -67,20 +75,14 @@ def test_failed_tries_before_a_reply_are_fed_back_as_the_loop_feeds_back_its_own
     from gitresearch.policies.base import Attempt
     from gitresearch.policies.prompt import build_compact_prompt
 
-    config = load(TARGET)
-    source = (TARGET / "train.py").read_text()
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    sh("git", "init", "-q", "-b", "main", cwd=repo)
-    store = Store(repo)
+    config, source = load(TARGET), (TARGET / "train.py").read_text()
+    repo, store = empty_repo(tmp_path)
     pairs = examples({"train.py": source}, random.Random(1), store.make_diff, n=40,
                      skip=config.policy.skip_constants, tries=(1, 2))
     kinds = set()
     for ex in pairs:
         assert len(ex.retries) in (2, 4) and ex.messages[1:] == list(ex.retries)
-        (repo / "train.py").write_text(ex.before)
-        sh("git", "add", "train.py", cwd=repo)
-        sh("git", "commit", "-qm", "start", "--allow-empty", cwd=repo)
+        commit_start(repo, ex.before)
         head = store.resolve("HEAD")
         attempts = []
         for said, told in zip(ex.retries[::2], ex.retries[1::2]):
