@@ -315,3 +315,31 @@ def test_a_model_window_shorter_than_the_context_leaves_the_reply_half_of_it(mod
     _, episode = default.generate(MESSAGES, seed=4)
     assert len(episode.prompt_ids) + len(episode.response_ids) <= 256
     assert learner(model).reply_tokens == 12  # a reply budget that fits is kept as set
+
+
+def test_the_adaptive_kl_coefficient_follows_the_sampled_drift(model, tmp_path):
+    """kl_target set: kl_coef moves by the clipped relative error x episodes / horizon,
+    measured on the episodes sampled since the last update, and the advantages use it;
+    kl_target 0 (the default) leaves it fixed; a restart keeps it."""
+    def sampled(ppo, drift, count):
+        for i in range(count):
+            _, episode = ppo.generate(MESSAGES, seed=10 + i)
+            episode.logprobs = [r + drift for r in episode.ref_logprobs]  # `drift` nats per token
+            ppo.add(episode, 1.0)
+
+    ppo = learner(model, state_dir=tmp_path / "rl", kl_coef=0.1, kl_target=0.02, kl_horizon=8, ppo_epochs=1)
+    sampled(ppo, 0.03, 4)  # 50 % above target: the error clips at +20 %, x 4/8 episodes
+    stats = ppo.update()
+    assert stats["sampled_kl"] == pytest.approx(0.03) and ppo.kl_coef == pytest.approx(0.1 * 1.1)
+    sampled(ppo, 0.015, 2)  # 25 % below: -20 % x 2/8, only the 2 episodes of this version
+    assert ppo.update()["kl_coef"] == pytest.approx(0.11 * 0.95)
+    episode = ppo.episodes[-1]
+    advantages, _ = ppo.advantages(episode)
+    without_reward = ppo.advantages(episode)[0] - ppo.scaled_reward(episode)
+    values = torch.tensor(episode.values)
+    expected = torch.flip(torch.cumsum(torch.flip(torch.full((len(values),), -0.1045 * 0.015), [0]), 0), [0]) - values
+    assert torch.allclose(without_reward, expected, atol=1e-5)
+    assert learner(model, state_dir=tmp_path / "rl").kl_coef == pytest.approx(0.1045)  # saved
+    fixed = learner(model, kl_coef=0.1, ppo_epochs=1)
+    sampled(fixed, 0.5, 3)
+    assert "kl_coef" not in fixed.update() and fixed.kl_coef == 0.1

@@ -147,6 +147,7 @@ class PPOLearner:
         self.scored = 0
         self.episodes: list[Episode] = []
         self.reward_stats = RunningStats()
+        self.kl_coef = rl.kl_coef  # moves when kl_target is set (adapt_kl_coef)
         positions = getattr(self.model.config, "max_position_embeddings", None) or getattr(self.model.config, "n_positions", None)
         self.context_tokens = min(llm.context_tokens, positions) if positions else llm.context_tokens
         # a model whose window is shorter than [llm] context_tokens (a small LM trained by
@@ -262,7 +263,7 @@ class PPOLearner:
         reward reaches the description and the first hunk, not only the diff's last lines."""
         rl = self.rl
         logp, ref = torch.tensor(episode.logprobs), torch.tensor(episode.ref_logprobs)
-        rewards = -rl.kl_coef * (logp - ref)
+        rewards = -self.kl_coef * (logp - ref)
         rewards[-1] += self.scaled_reward(episode)
         values = torch.tensor(episode.values)
         adv, last = torch.zeros_like(values), 0.0
@@ -273,9 +274,26 @@ class PPOLearner:
             adv[t] = last
         return adv, adv + values
 
+    def adapt_kl_coef(self) -> dict:
+        """The adaptive KL controller of Ziegler et al. (2019), per token: kl_coef grows when
+        the episodes sampled since the last update drifted from the reference by more than
+        kl_target nats per token, and shrinks when they drifted less, by at most 20 % per
+        kl_horizon episodes. The drift is measured on the policy's own samples (behaviour
+        minus reference log-probs, stored at generation)."""
+        rl = self.rl
+        fresh = [e for e in self.episodes if e.version == self.version and e.reward is not None]
+        tokens = sum(len(e.logprobs) for e in fresh)
+        if rl.kl_target <= 0 or not tokens:
+            return {}
+        kl = sum(sum(e.logprobs) - sum(e.ref_logprobs) for e in fresh) / tokens
+        error = max(-0.2, min(0.2, kl / rl.kl_target - 1.0))
+        self.kl_coef *= 1.0 + error * len(fresh) / max(1, rl.kl_horizon)
+        return {"sampled_kl": kl, "kl_coef": self.kl_coef}
+
     def update(self) -> dict:
         """One PPO update on the replay; returns its statistics (empty when nothing to learn)."""
         rl = self.rl
+        control = self.adapt_kl_coef()
         batch = [e for e in self.episodes[-rl.replay_size:]
                  if e.reward is not None and self.version - e.version <= rl.max_staleness]
         if not batch:
@@ -290,7 +308,7 @@ class PPOLearner:
         gae = [((adv - shift) / scale, ret) for adv, ret in gae]
         self.scored = 0
         stats = {"episodes": len(batch), "mean_reward": sum(e.reward for e in batch) / len(batch),
-                 "reward_mean": self.reward_stats.mean, "reward_std": self.reward_stats.std()}
+                 "reward_mean": self.reward_stats.mean, "reward_std": self.reward_stats.std(), **control}
         totals = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "kl": 0.0,
                   "ratio": 0.0, "clip_frac": 0.0}
         if self.state_dir:
@@ -378,8 +396,8 @@ class PPOLearner:
         tmp = directory / "episodes.jsonl.tmp"
         tmp.write_text("".join(json.dumps(asdict(e)) + "\n" for e in self.episodes))
         tmp.replace(directory / "episodes.jsonl")
-        counters = {"schema": 2, "version": self.version, "experiments": self.experiments, "updates": self.updates,
-                    "reward_stats": asdict(self.reward_stats)}
+        counters = {"schema": 3, "version": self.version, "experiments": self.experiments, "updates": self.updates,
+                    "reward_stats": asdict(self.reward_stats), "kl_coef": self.kl_coef}
         tmp = directory / "counters.json.tmp"
         tmp.write_text(json.dumps(counters))
         tmp.replace(directory / "counters.json")  # last: a state with counters is complete
@@ -398,6 +416,7 @@ class PPOLearner:
                          (directory / "episodes.jsonl").read_text().splitlines() if line.strip()]
         counters = json.loads((directory / "counters.json").read_text())
         self.version, self.experiments, self.updates = counters["version"], counters["experiments"], counters["updates"]
+        self.kl_coef = counters.get("kl_coef", self.rl.kl_coef)  # schema < 3: a fixed coefficient
         if "reward_stats" in counters:
             self.reward_stats = RunningStats(**counters["reward_stats"])
         else:  # schema 1 kept no statistics: rebuilt from the rewarded episodes in the buffer
