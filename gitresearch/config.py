@@ -147,7 +147,7 @@ class RLConfig:
     learning_rate: float = 5e-5  # AdamW on the adapters and the value head
     kl_coef: float = 0.05  # per-token KL penalty to the reference (the base, adapters off)
     kl_target: float = 0.0  # per-token KL (nats) the adaptive controller holds kl_coef to; 0: fixed
-    kl_horizon: int = 50  # episodes over which kl_coef moves by at most 20 % (adaptive control)
+    kl_horizon: int = 16  # episodes over which kl_coef moves by at most 20 % (adaptive control)
     gamma: float = 1.0  # discount over response tokens
     lam: float = 1.0  # GAE lambda; 1: the whole reply shares the experiment's reward
     reward_norm: bool = True  # rewards centred and scaled by the running mean and std of all so far
