@@ -2,8 +2,8 @@
 """The figures of `gitresearch bench research --workdir DIR` loops read from their notes, also
 while they run or after they were cut off: per loop, the experiments so far, best so far
 (final and at 25, 50, ... experiments), the status counts and the per-window figures of
-research_bench.windows; for rl loops, every PPO update's KL, entropy and clip fraction, the
-reasons of the invalid experiments, the errors of every failed try (valid experiments'
+research_bench.windows; for rl loops, every PPO update's KL, entropy and clip fraction (with
+[rl] kl_target also the sampled KL and kl_coef), the reasons of the invalid experiments, the errors of every failed try (valid experiments'
 earlier tries included) and, per window of 50, the share of experiments whose first try was
 valid.
 
@@ -27,7 +27,8 @@ for repo in sorted(root.iterdir()):
     if repo.name.startswith("rl-"):
         log = repo / ".git/gitresearch/rl/updates.jsonl"  # absent until the first update
         ups = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
-        entry["updates"] = [{k: u.get(k) for k in ("experiment", "episodes", "mean_reward", "kl", "entropy", "clip_frac")} for u in ups]
+        entry["updates"] = [{k: u[k] for k in ("experiment", "episodes", "mean_reward", "kl", "entropy", "clip_frac",
+                                               "sampled_kl", "kl_coef") if k in u} for u in ups]
         entry["invalid_reasons"] = dict(Counter((r.get("reason") or "").split("last: ")[-1][:40]
                                                 for r in recs if r["status"] == "invalid"))
         entry["failed_try_errors"] = dict(Counter(re.sub(r"[0-9a-f]{12}|#\d+", "N", a["error"])[:40]
