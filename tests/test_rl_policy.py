@@ -28,7 +28,8 @@ def test_rl_loop_updates_records_and_resumes(tmp_path):
     assert updates[0]["mean_reward"] == -12.0 and abs(updates[0]["ratio"] - 1.0) < 0.05  # fresh episodes
     counters = json.loads((state / "counters.json").read_text())
     assert {k: counters[k] for k in ("schema", "version", "experiments", "updates")} == {
-        "schema": 2, "version": 2, "experiments": 4, "updates": 2}
+        "schema": 3, "version": 2, "experiments": 4, "updates": 2}
+    assert counters["kl_coef"] == 0.05  # [rl] kl_target 0: fixed
     assert counters["reward_stats"]["count"] == 8 and counters["reward_stats"]["mean"] == -12.0
     # a new loop resumes the learner: version 2 proposes the next experiment
     cli("loop", "--policy", "rl", "--model", str(model), "--max-experiments", "5", cwd=repo)
