@@ -334,7 +334,6 @@ def test_the_adaptive_kl_coefficient_follows_the_sampled_drift(model, tmp_path):
     sampled(ppo, 0.015, 2)  # 25 % below: -20 % x 2/8, only the 2 episodes of this version
     assert ppo.update()["kl_coef"] == pytest.approx(0.11 * 0.95)
     episode = ppo.episodes[-1]
-    advantages, _ = ppo.advantages(episode)
     without_reward = ppo.advantages(episode)[0] - ppo.scaled_reward(episode)
     values = torch.tensor(episode.values)
     expected = torch.flip(torch.cumsum(torch.flip(torch.full((len(values),), -0.1045 * 0.015), [0]), 0), [0]) - values

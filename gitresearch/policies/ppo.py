@@ -275,8 +275,8 @@ class PPOLearner:
         return adv, adv + values
 
     def adapt_kl_coef(self) -> dict:
-        """The adaptive KL controller of Ziegler et al. (2019), per token: kl_coef grows when
-        the episodes sampled since the last update drifted from the reference by more than
+        """The adaptive KL controller of Ziegler et al. (2019), per token, for the next update:
+        kl_coef grows when the episodes sampled since the last update drifted from the reference by more than
         kl_target nats per token, and shrinks when they drifted less, by at most 20 % per
         kl_horizon episodes. The drift is measured on the policy's own samples (behaviour
         minus reference log-probs, stored at generation)."""
@@ -293,7 +293,6 @@ class PPOLearner:
     def update(self) -> dict:
         """One PPO update on the replay; returns its statistics (empty when nothing to learn)."""
         rl = self.rl
-        control = self.adapt_kl_coef()
         batch = [e for e in self.episodes[-rl.replay_size:]
                  if e.reward is not None and self.version - e.version <= rl.max_staleness]
         if not batch:
@@ -308,7 +307,7 @@ class PPOLearner:
         gae = [((adv - shift) / scale, ret) for adv, ret in gae]
         self.scored = 0
         stats = {"episodes": len(batch), "mean_reward": sum(e.reward for e in batch) / len(batch),
-                 "reward_mean": self.reward_stats.mean, "reward_std": self.reward_stats.std(), **control}
+                 "reward_mean": self.reward_stats.mean, "reward_std": self.reward_stats.std()}
         totals = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "kl": 0.0,
                   "ratio": 0.0, "clip_frac": 0.0}
         if self.state_dir:
@@ -328,6 +327,7 @@ class PPOLearner:
         steps = max(self.scored, 1)
         stats.update({k: v / steps for k, v in totals.items()})
         stats["micro_batch"] = self.micro_batch
+        stats.update(self.adapt_kl_coef())  # after a whole update: a skipped one counts no episode twice
         self.version += 1
         self.updates += 1
         stats["version"] = self.version
