@@ -133,8 +133,11 @@ def loop(policy, backend, model, base_url, prompt, budget, max_experiments, max_
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="where the model goes [GITDIR/gitresearch/policy-lm]")
 @click.option("--examples", type=click.IntRange(1), help="imitation pairs [4000]")
 @click.option("--steps", type=click.IntRange(1), help="optimiser steps [1200]")
+@click.option("--lr", type=click.FloatRange(0, min_open=True), help="AdamW peak learning rate [0.002]")
+@click.option("--copy-weight", type=click.FloatRange(0), help="loss weight of the reply's tokens copied from the prompt [1]")
+@click.option("--init", type=click.Path(exists=True, file_okay=False), help="go on training this policy LM")
 @click.option("--seed", type=int, default=0, show_default=True)
-def pretrain_policy(out, examples, steps, seed):
+def pretrain_policy(out, examples, steps, lr, copy_weight, init, seed):
     """Train a small policy LM by imitation of this repo's constant edits (CPU, no download)."""
     from dataclasses import replace
 
@@ -142,7 +145,8 @@ def pretrain_policy(out, examples, steps, seed):
 
     root = _repo_root()
     store = Store(root)
-    settings = replace(PretrainConfig(), seed=seed, **{k: v for k, v in (("examples", examples), ("steps", steps)) if v})
+    given = {"examples": examples, "steps": steps, "lr": lr, "copy_weight": copy_weight, "init": init}
+    settings = replace(PretrainConfig(), seed=seed, **{k: v for k, v in given.items() if v is not None})
     out = out or store.state_dir / "policy-lm"
     stats = pretrain_repo(store, _load(root), out, settings, log=click.echo)
     sampled = stats["sampled"]

@@ -1,6 +1,7 @@
 """Imitation data for a small policy LM: every reply parses and applies with git to the file
 its prompt showed, edits only live constants, and shows the model every line it must copy."""
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,16 @@ def test_a_pretrained_policy_lm_learns_the_reply_format_and_is_judged_on_real_ap
         sampled = stats[check]
         assert sampled["samples"] == 4 and sum(sampled[k] for k in (
             "valid", "no_diff", "does_not_apply", "does_not_parse", "no_constant_changed")) == 4
+    # --init goes on training it: its own tokenizer, starting where it stopped
+    from dataclasses import replace
+
+    from gitresearch.policies.pretrain import pretrain
+    files = {"train.py": store.read_file(store.resolve("HEAD"), "train.py")}
+    more = pretrain(files, tmp_path / "lm2", store.make_diff, replace(
+        settings, init=str(tmp_path / "lm"), examples=40, steps=5, lr=1e-4), config.policy.skip_constants,
+        log=lambda line: None)
+    assert more["first_loss"] < 0.7 * stats["first_loss"], (more, stats)
+    assert (tmp_path / "lm2" / "tokenizer.json").read_text() == (tmp_path / "lm" / "tokenizer.json").read_text()
     # it loads as the rl policy's model, and the compact prompt of the repo's state fits it
     learner = PPOLearner(str(tmp_path / "lm"), config.rl, config.llm)
     assert learner.context_tokens == settings.positions and learner.render(
@@ -177,12 +188,40 @@ def test_the_pretraining_loss_on_right_padded_batches_equals_the_masked_loss():
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=32, n_embd=16, n_layer=2, n_head=2,
                                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()
-    batch = [([5, 6, 7, 8, 9, 10, 11], [-100, -100, -100, 8, 9, 10, 11]), ([12, 13, 14], [-100, 13, 14])]
+    pairs = [([5, 6, 7, 8, 9, 10, 11], [-100, -100, -100, 8, 9, 10, 11]), ([12, 13, 14], [-100, 13, 14])]
+    batch = [(i, lab, [0.0 if x == -100 else 1.0 for x in lab]) for i, lab in pairs]
     width, pad = 7, 3
-    ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in batch])
-    mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in batch])
-    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
+    ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in pairs])
+    mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in pairs])
+    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in pairs])
     masked = model(input_ids=ids, attention_mask=mask, labels=labels).loss
     assert torch.allclose(reply_loss(model, batch, pad), masked, atol=1e-6)
     # and the padding is really ignored: another pad id gives the same loss
     assert torch.allclose(reply_loss(model, batch, 0), masked, atol=1e-6)
+    # a weighted token counts as that many copies of its own loss
+    losses = torch.nn.functional.cross_entropy(model(input_ids=ids, attention_mask=mask).logits[:, :-1].transpose(1, 2),
+                                               labels[:, 1:], reduction="none")
+    weighted = [(i, lab, [0.0 if x == -100 else (4.0 if x == 9 else 1.0) for x in lab]) for i, lab in pairs]
+    expected = (losses.sum() + 3 * losses[0, 4 - 1]) / (6 + 3)  # 6 labelled tokens, one of them 4x
+    assert torch.allclose(reply_loss(model, weighted, pad), expected, atol=1e-6)
+
+
+def test_the_copy_weight_falls_on_the_old_values_and_the_removed_line_only(tmp_path):
+    from gitresearch.policies.pretrain import encode, train_tokenizer
+
+    _, store = empty_repo(tmp_path)
+    source = (TARGET / "train.py").read_text()
+    pairs = examples({"train.py": source}, random.Random(3), store.make_diff, 30, ("CURVE_POINTS",), tries=(0, 1))
+    tokenizer = train_tokenizer([e.prompt + e.reply for e in pairs], 400)
+    for e in pairs:
+        ids, labels, weights = encode(tokenizer, e, 4096, copy_weight=5.0)
+        assert len(ids) == len(labels) == len(weights)
+        reply = [(i, w) for i, lab, w in zip(ids, labels, weights) if lab != -100]
+        assert all(w == 0.0 for lab, w in zip(labels, weights) if lab == -100)
+        weighted = tokenizer.decode([i for i, w in reply if w == 5.0])
+        plain = tokenizer.decode([i for i, w in reply if w == 1.0])
+        removed = next(line[1:] for line in e.reply.splitlines() if line.startswith("-") and not line.startswith("---"))
+        added = next(line[1:] for line in e.reply.splitlines() if line.startswith("+") and not line.startswith("+++"))
+        old = re.match(r"Description: \S+ (.+?) -> ", e.reply).group(1)
+        assert removed in weighted and weighted.replace(removed, "", 1).strip() == old
+        assert added in plain and "Description:" in plain and "@@" in plain

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -44,6 +45,20 @@ class PretrainConfig:
     seed: int = 0
     eval_samples: int = 40  # replies sampled after training to measure the valid share
     temperature: float = 0.7  # of those samples: the [llm] temperature the policy samples at
+    copy_weight: float = 1.0  # loss weight of the reply tokens copied from the prompt (see copied_spans)
+    init: str = ""  # a policy LM directory to go on training (its tokenizer and shape), or "" for a new one
+
+
+# the reply's text copied from its prompt: the old values of the Description ("NAME OLD -> NEW")
+# and the diff's removed lines. A wrong copy is a diff that does not apply, and these few
+# tokens are where a small model fails (it writes the baseline's value where best moved)
+DESCRIBED_OLD = re.compile(r"(?:^Description: |; )\S+ (.+?) -> ", re.MULTILINE)
+REMOVED_LINE = re.compile(r"^-(?!--)(.*)$", re.MULTILINE)
+
+
+def copied_spans(reply: str) -> list[tuple[int, int]]:
+    """(start, end) character spans of the reply that copy its prompt."""
+    return [m.span(1) for pattern in (DESCRIBED_OLD, REMOVED_LINE) for m in pattern.finditer(reply)]
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):
@@ -59,44 +74,62 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, pad_token=EOS)
 
 
-def encode(tokenizer, example: Example, positions: int) -> tuple[list[int], list[int]] | None:
-    """(input ids, labels) with the prompt's labels masked (-100); None if it does not fit."""
+def encode(tokenizer, example: Example, positions: int,
+           copy_weight: float = 1.0) -> tuple[list[int], list[int], list[float]] | None:
+    """(input ids, labels, loss weights): the prompt's labels masked (-100), the reply's tokens
+    that overlap copied_spans weighted `copy_weight`, the others 1; None if it does not fit."""
     prompt = tokenizer(render_chat(tokenizer, example.messages), add_special_tokens=False)["input_ids"]
-    reply = tokenizer(example.reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    if len(prompt) + len(reply) > positions:
+    reply = tokenizer(example.reply, add_special_tokens=False, return_offsets_mapping=True)
+    spans = copied_spans(example.reply)
+    weights = [copy_weight if any(a < end and start < b for a, b in spans) else 1.0
+               for start, end in reply["offset_mapping"]] + [1.0]
+    ids = reply["input_ids"] + [tokenizer.eos_token_id]
+    if len(prompt) + len(ids) > positions:
         return None
-    return prompt + reply, [-100] * len(prompt) + reply
+    return prompt + ids, [-100] * len(prompt) + ids, [0.0] * len(prompt) + weights
 
 
-def reply_loss(model, batch: list[tuple[list[int], list[int]]], pad: int) -> torch.Tensor:
-    """The mean loss on the labelled (reply) tokens of a batch of (ids, labels), padded on the
-    right. No attention mask is needed there: causal attention never looks forward from a
-    real token to the padding (tests/test_imitation.py checks it equals the masked loss)."""
-    width = max(len(ids) for ids, _ in batch)
-    ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in batch])
-    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
-    return model(input_ids=ids, labels=labels).loss
+def reply_loss(model, batch: list[tuple[list[int], list[int], list[float]]], pad: int) -> torch.Tensor:
+    """The weighted mean loss on the labelled (reply) tokens of a batch of (ids, labels,
+    weights), padded on the right; with all weights 1 it is the model's own mean loss. No
+    attention mask is needed: causal attention never looks forward from a real token to the
+    padding (tests/test_imitation.py checks it equals the masked loss)."""
+    width = max(len(ids) for ids, _, _ in batch)
+    ids = torch.tensor([i + [pad] * (width - len(i)) for i, _, _ in batch])
+    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab, _ in batch])[:, 1:]
+    weights = torch.tensor([w + [0.0] * (width - len(w)) for _, _, w in batch])[:, 1:]
+    logits = model(input_ids=ids).logits[:, :-1].float()
+    losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
+    weights = weights * (labels != -100)
+    return (losses * weights).sum() / weights.sum()
 
 
 def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, str], str],
              config: PretrainConfig = PretrainConfig(), skip: tuple[str, ...] = (), metric: str = "val_bpb",
              log: Callable[[str], None] = print) -> dict:
     """Train the tokenizer and the model on imitation examples of `files`; save both to `out`."""
-    from transformers import GPT2Config, GPT2LMHeadModel, set_seed
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, set_seed
 
     started = time.monotonic()
     set_seed(config.seed)
     pairs = examples(files, random.Random(config.seed), make_diff, config.examples, skip, metric=metric)
-    tokenizer = train_tokenizer([render_chat(None, e.messages) + e.reply for e in pairs], config.vocab_size)
-    data = [seq for e in pairs if (seq := encode(tokenizer, e, config.positions))]
+    if config.init:  # go on training: the model's own tokenizer and window
+        tokenizer = AutoTokenizer.from_pretrained(config.init)
+        model = AutoModelForCausalLM.from_pretrained(config.init)
+        positions = model.config.max_position_embeddings
+    else:
+        tokenizer = train_tokenizer([render_chat(None, e.messages) + e.reply for e in pairs], config.vocab_size)
+        model, positions = None, config.positions
+    data = [seq for e in pairs if (seq := encode(tokenizer, e, positions, config.copy_weight))]
     if not data:
-        raise ValueError(f"no example fits in {config.positions} positions")
-    model = GPT2LMHeadModel(GPT2Config(
-        vocab_size=len(tokenizer), n_positions=config.positions, n_embd=config.width, n_layer=config.layers,
-        # no dropout: attention dropout sends SDPA to its slow math kernel (a step took 3x as
-        # long on this CPU), and a model this small fits few epochs of its data
-        n_head=config.heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.eos_token_id))
+        raise ValueError(f"no example fits in {positions} positions")
+    if model is None:
+        model = GPT2LMHeadModel(GPT2Config(
+            vocab_size=len(tokenizer), n_positions=config.positions, n_embd=config.width, n_layer=config.layers,
+            # no dropout: attention dropout sends SDPA to its slow math kernel (a step took 3x as
+            # long on this CPU), and a model this small fits few epochs of its data
+            n_head=config.heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.eos_token_id))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
     warmup = max(1, config.steps // 20)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min((s + 1) / warmup, 0.1 + 0.45 * (
@@ -105,7 +138,7 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
     model.train()
     for step in range(config.steps):
         batch = [data[rng.randrange(len(data))] for _ in range(config.batch_size)]
-        tokens += sum(len(i) for i, _ in batch)
+        tokens += sum(len(i) for i, _, _ in batch)
         loss = reply_loss(model, batch, tokenizer.eos_token_id)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
