@@ -19,6 +19,8 @@ loops = {}
 for repo in sorted(root.iterdir()):
     recs = [e.record or {} for e in reversed(Store(repo).experiments())]
     recs = [r for r in recs if r.get("status")]  # an experiment still running has no status
+    if not recs:  # a loop just started: not even its baseline has a result yet
+        continue
     t = trajectory(recs)
     entry = {"experiments": len(recs) - 1, "best_final": t["best"][-1],
              "best_at": {n: t["best"][n] for n in (25, 50, 75, 100, 150, 200, 250, 300) if n < len(t["best"])},

@@ -152,6 +152,7 @@ class RLConfig:
     lam: float = 1.0  # GAE lambda; 1: the whole reply shares the experiment's reward
     reward_norm: bool = True  # rewards centred and scaled by the running mean and std of all so far
     reward_clip: float = 5.0  # normalised rewards clipped to +-this (std units)
+    adv_std_floor: float = 1.0  # advantages divided by max(batch std, this); 0: plain whitening
     clip_range: float = 0.2  # policy ratio clip
     clip_range_value: float = 0.2  # value clip, around the values stored at generation
     vf_coef: float = 0.5  # value loss weight

@@ -342,3 +342,27 @@ def test_the_adaptive_kl_coefficient_follows_the_sampled_drift(model, tmp_path):
     fixed = learner(model, kl_coef=0.1, ppo_epochs=1)
     sampled(fixed, 0.5, 3)
     assert "kl_coef" not in fixed.update() and fixed.kl_coef == 0.1
+
+
+def test_a_batch_without_signal_is_centred_but_never_scaled_up(model):
+    """Every reply of the batch got the same reward: what is left of its advantages is noise
+    (here per-token KL), which plain whitening blew up to unit variance; with adv_std_floor
+    (1, the default) it keeps its own small scale. A batch with a real spread is whitened."""
+    def batch(ppo, rewards):
+        episodes = []
+        for i, reward in enumerate(rewards):
+            _, episode = ppo.generate(MESSAGES, seed=20 + i)
+            episode.ref_logprobs = [lp - 0.01 * ((i + t) % 3) for t, lp in enumerate(episode.logprobs)]
+            ppo.add(episode, reward)
+            episodes.append(episode)
+        return episodes
+
+    for floor in (1.0, 0.0):
+        ppo = learner(model, adv_std_floor=floor, reward_norm=False)
+        flat = torch.cat([a for a, _ in ppo.batch_advantages(batch(ppo, [-12.0] * 6))[0]])
+        raw = torch.cat([ppo.advantages(e)[0] for e in ppo.episodes])
+        assert 0 < float(raw.std()) < 0.01 and abs(float(flat.mean())) < 1e-3  # float32 around -12
+        assert float(flat.std()) == pytest.approx(float(raw.std()) if floor else 1.0, rel=1e-4)
+        spread = learner(model, adv_std_floor=floor, reward_norm=False)
+        flat = torch.cat([a for a, _ in spread.batch_advantages(batch(spread, [-12.0, 3.0, -1.0, 2.5]))[0]])
+        assert float(flat.std()) == pytest.approx(1.0, rel=1e-4)

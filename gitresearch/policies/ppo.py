@@ -290,6 +290,23 @@ class PPOLearner:
         self.kl_coef *= 1.0 + error * len(fresh) / max(1, rl.kl_horizon)
         return {"sampled_kl": kl, "kl_coef": self.kl_coef}
 
+    def batch_advantages(self, batch: list[Episode]) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], float]:
+        """Each episode's (normalised advantages, returns), and the batch's raw advantage std."""
+        rl = self.rl
+        gae = [self.advantages(e) for e in batch]
+        flat = torch.cat([a for a, _ in gae])
+        # centred over the batch (a single episode only scaled: centring its own tokens would
+        # flip the sign of some of them) and divided by the batch's std, but never by less than
+        # adv_std_floor: a batch whose rewards all agree (every reply invalid) has no signal,
+        # and scaling its noise (value errors, per-token KL) up to unit variance made every
+        # update a random step (measured: docs/gym.md, KL to the reference 0.05 -> 13)
+        shift = flat.mean() if len(batch) > 1 else torch.tensor(0.0)
+        scale = flat.std() if flat.numel() > 1 else torch.tensor(1.0)
+        scale = scale if torch.isfinite(scale) and scale > 1e-8 else torch.tensor(1.0)
+        scale = torch.clamp(scale, min=rl.adv_std_floor) if rl.adv_std_floor > 0 else scale
+        gae = [((adv - shift) / scale, ret) for adv, ret in gae]
+        return gae, float(flat.std()) if flat.numel() > 1 else 0.0
+
     def update(self) -> dict:
         """One PPO update on the replay; returns its statistics (empty when nothing to learn)."""
         rl = self.rl
@@ -297,17 +314,10 @@ class PPOLearner:
                  if e.reward is not None and self.version - e.version <= rl.max_staleness]
         if not batch:
             return {}
-        gae = [self.advantages(e) for e in batch]
-        flat = torch.cat([a for a, _ in gae])
-        # whitened over the batch; a single episode is only scaled (centring its own tokens
-        # would flip the sign of some of them)
-        shift = flat.mean() if len(batch) > 1 else torch.tensor(0.0)
-        scale = flat.std() if flat.numel() > 1 else torch.tensor(1.0)
-        scale = scale if torch.isfinite(scale) and scale > 1e-8 else torch.tensor(1.0)
-        gae = [((adv - shift) / scale, ret) for adv, ret in gae]
+        gae, raw_std = self.batch_advantages(batch)
         self.scored = 0
         stats = {"episodes": len(batch), "mean_reward": sum(e.reward for e in batch) / len(batch),
-                 "reward_mean": self.reward_stats.mean, "reward_std": self.reward_stats.std()}
+                 "reward_mean": self.reward_stats.mean, "reward_std": self.reward_stats.std(), "adv_std": raw_std}
         totals = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "kl": 0.0,
                   "ratio": 0.0, "clip_frac": 0.0}
         if self.state_dir:
