@@ -30,7 +30,7 @@ for repo in sorted(root.iterdir()):
         log = repo / ".git/gitresearch/rl/updates.jsonl"  # absent until the first update
         ups = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
         entry["updates"] = [{k: u[k] for k in ("experiment", "episodes", "mean_reward", "kl", "entropy", "clip_frac",
-                                               "sampled_kl", "kl_coef") if k in u} for u in ups]
+                                               "sampled_kl", "kl_coef", "adv_std") if k in u} for u in ups]
         entry["invalid_reasons"] = dict(Counter((r.get("reason") or "").split("last: ")[-1][:40]
                                                 for r in recs if r["status"] == "invalid"))
         entry["failed_try_errors"] = dict(Counter(re.sub(r"[0-9a-f]{12}|#\d+", "N", a["error"])[:40]
