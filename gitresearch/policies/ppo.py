@@ -301,11 +301,11 @@ class PPOLearner:
         # and scaling its noise (value errors, per-token KL) up to unit variance made every
         # update a random step (measured: docs/gym.md, KL to the reference 0.05 -> 13)
         shift = flat.mean() if len(batch) > 1 else torch.tensor(0.0)
-        scale = flat.std() if flat.numel() > 1 else torch.tensor(1.0)
-        scale = scale if torch.isfinite(scale) and scale > 1e-8 else torch.tensor(1.0)
+        raw = flat.std() if flat.numel() > 1 else torch.tensor(0.0)
+        scale = raw if torch.isfinite(raw) and raw > 1e-8 else torch.tensor(1.0)
         scale = torch.clamp(scale, min=rl.adv_std_floor) if rl.adv_std_floor > 0 else scale
         gae = [((adv - shift) / scale, ret) for adv, ret in gae]
-        return gae, float(flat.std()) if flat.numel() > 1 else 0.0
+        return gae, float(raw)
 
     def update(self) -> dict:
         """One PPO update on the replay; returns its statistics (empty when nothing to learn)."""

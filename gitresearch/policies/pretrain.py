@@ -119,17 +119,16 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
         positions = model.config.max_position_embeddings
     else:
         tokenizer = train_tokenizer([render_chat(None, e.messages) + e.reply for e in pairs], config.vocab_size)
-        model, positions = None, config.positions
-    data = [seq for e in pairs if (seq := encode(tokenizer, e, positions, config.copy_weight))]
-    if not data:
-        raise ValueError(f"no example fits in {positions} positions")
-    if model is None:
+        positions = config.positions
         model = GPT2LMHeadModel(GPT2Config(
-            vocab_size=len(tokenizer), n_positions=config.positions, n_embd=config.width, n_layer=config.layers,
+            vocab_size=len(tokenizer), n_positions=positions, n_embd=config.width, n_layer=config.layers,
             # no dropout: attention dropout sends SDPA to its slow math kernel (a step took 3x as
             # long on this CPU), and a model this small fits few epochs of its data
             n_head=config.heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.eos_token_id))
+    data = [seq for e in pairs if (seq := encode(tokenizer, e, positions, config.copy_weight))]
+    if not data:
+        raise ValueError(f"no example fits in {positions} positions")
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
     warmup = max(1, config.steps // 20)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min((s + 1) / warmup, 0.1 + 0.45 * (
