@@ -137,6 +137,7 @@ class RewardConfig:
 
 PROMPTS = ("full", "compact")  # [llm] prompt: what the policy's model reads (policies/prompt.py)
 OPTIMIZERS = ("adamw", "adamw8bit", "paged_adamw8bit", "paged_adamw")
+KL_MODES = ("loss", "reward")  # [rl] kl_mode: where the penalty to the reference acts (policies/ppo.py)
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,9 @@ class RLConfig:
     target_modules: tuple[str, ...] = ()  # empty: peft's default for the architecture
     learning_rate: float = 5e-5  # AdamW on the adapters and the value head
     kl_coef: float = 0.05  # per-token KL penalty to the reference (the base, adapters off)
+    kl_mode: str = "loss"  # loss: a bounded k3 term in the loss (GRPO); reward: -kl_coef*(logp-ref) per token
     kl_target: float = 0.0  # per-token KL (nats) the adaptive controller holds kl_coef to; 0: fixed
+    kl_coef_max: float = 1.0  # the adaptive controller's ceiling on kl_coef
     kl_horizon: int = 16  # episodes over which kl_coef moves by at most 20 % (adaptive control)
     gamma: float = 1.0  # discount over response tokens
     lam: float = 1.0  # GAE lambda; 1: the whole reply shares the experiment's reward
@@ -340,6 +343,8 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
     if sections["rl"].optimizer not in OPTIMIZERS:
         raise ConfigError(f"{path} [rl] optimizer = {sections['rl'].optimizer!r}: expected one of "
                           f"{', '.join(OPTIMIZERS)}")
+    if sections["rl"].kl_mode not in KL_MODES:
+        raise ConfigError(f"{path} [rl] kl_mode = {sections['rl'].kl_mode!r}: expected one of {', '.join(KL_MODES)}")
     reward_config = sections["reward"]
     for name in ("invalid_penalty", "crash_penalty", "timeout_penalty"):
         if -getattr(reward_config, name) >= reward_config.valid_floor():

@@ -1,9 +1,11 @@
 """PPO on LoRA adapters of a tiny random GPT-2 (CPU, no download)."""
+import math
+
 import pytest
 import torch
 
 from gitresearch.config import LLMConfig, RLConfig
-from gitresearch.policies.ppo import PPOLearner
+from gitresearch.policies.ppo import KL_K3_MAX, PPOLearner, kl_k3
 from tiny_lm import tiny_char_model, tiny_model
 
 MESSAGES = [{"role": "system", "content": "Propose a change."}, {"role": "user", "content": "LR = 0.1"}]
@@ -327,7 +329,8 @@ def test_the_adaptive_kl_coefficient_follows_the_sampled_drift(model, tmp_path):
             episode.logprobs = [r + drift for r in episode.ref_logprobs]  # `drift` nats per token
             ppo.add(episode, 1.0)
 
-    ppo = learner(model, state_dir=tmp_path / "rl", kl_coef=0.1, kl_target=0.02, kl_horizon=8, ppo_epochs=1)
+    ppo = learner(model, state_dir=tmp_path / "rl", kl_coef=0.1, kl_target=0.02, kl_horizon=8, ppo_epochs=1,
+                  kl_mode="reward")
     sampled(ppo, 0.03, 4)  # 50 % above target: the error clips at +20 %, x 4/8 episodes
     stats = ppo.update()
     assert stats["sampled_kl"] == pytest.approx(0.03) and ppo.kl_coef == pytest.approx(0.1 * 1.1)
@@ -342,6 +345,11 @@ def test_the_adaptive_kl_coefficient_follows_the_sampled_drift(model, tmp_path):
     fixed = learner(model, kl_coef=0.1, ppo_epochs=1)
     sampled(fixed, 0.5, 3)
     assert "kl_coef" not in fixed.update() and fixed.kl_coef == 0.1
+    capped = learner(model, kl_coef=0.1, kl_target=0.02, kl_horizon=1, kl_coef_max=0.15, ppo_epochs=1)
+    for _ in range(3):  # +20 % a step without the cap: 0.12, 0.144, 0.173
+        sampled(capped, 0.5, 1)
+        capped.update()
+    assert capped.kl_coef == pytest.approx(0.15)
 
 
 def test_a_batch_without_signal_is_centred_but_never_scaled_up(model):
@@ -358,11 +366,54 @@ def test_a_batch_without_signal_is_centred_but_never_scaled_up(model):
         return episodes
 
     for floor in (1.0, 0.0):
-        ppo = learner(model, adv_std_floor=floor, reward_norm=False)
+        ppo = learner(model, adv_std_floor=floor, reward_norm=False, kl_mode="reward")
         flat = torch.cat([a for a, _ in ppo.batch_advantages(batch(ppo, [-12.0] * 6))[0]])
         raw = torch.cat([ppo.advantages(e)[0] for e in ppo.episodes])
         assert 0 < float(raw.std()) < 0.01 and abs(float(flat.mean())) < 1e-3  # float32 around -12
         assert float(flat.std()) == pytest.approx(float(raw.std()) if floor else 1.0, rel=1e-4)
-        spread = learner(model, adv_std_floor=floor, reward_norm=False)
+        spread = learner(model, adv_std_floor=floor, reward_norm=False, kl_mode="reward")
         flat = torch.cat([a for a, _ in spread.batch_advantages(batch(spread, [-12.0, 3.0, -1.0, 2.5]))[0]])
         assert float(flat.std()) == pytest.approx(1.0, rel=1e-4)
+
+
+def test_the_k3_penalty_is_never_negative_zero_at_the_reference_and_bounded():
+    ref = torch.zeros(6)
+    logp = torch.tensor([0.0, 0.5, -0.5, 3.0, 40.0, -40.0], requires_grad=True)
+    k3 = kl_k3(logp, ref).detach()
+    assert k3[0] == 0 and (k3 >= 0).all()
+    assert float(k3[3]) == pytest.approx(math.exp(-3) + 3 - 1)  # linear in logp - ref above the reference
+    assert float(k3[4]) == float(k3[5]) == KL_K3_MAX  # the reward-side term logp - ref was 40 here, unbounded
+    k3 = kl_k3(logp, ref)
+    k3.sum().backward()
+    assert torch.isfinite(logp.grad).all()  # even where exp(ref - logp) would overflow
+    assert logp.grad[1] > 0 and logp.grad[2] < 0  # its gradient pushes logp back toward ref
+
+
+def test_with_the_kl_in_the_loss_the_return_is_the_reward_and_the_loss_pulls_to_the_reference(model, tmp_path):
+    """kl_mode = "loss" (the default): a drifted reply's tokens all get the same return, the
+    experiment's reward, whatever its KL; the k3 term in the loss then pulls the policy back,
+    so the same update with a larger kl_coef ends nearer the reference."""
+    ppo = learner(model, kl_coef=0.0, ppo_epochs=4, state_dir=tmp_path / "drift", reward_norm=False)
+    _, episode = ppo.generate(MESSAGES, seed=4)
+    for _ in range(3):  # drift: push this reply's log-prob up, with no penalty
+        ppo.add(episode, 1.0)
+        ppo.update()
+    _, drifted = ppo.generate(MESSAGES, seed=5)
+    assert sum(drifted.logprobs) - sum(drifted.ref_logprobs) != 0
+    drifted.values = [0.0] * len(drifted.values)
+    ppo.add(drifted, 2.0)
+    assert torch.equal(ppo.advantages(drifted)[0], torch.full((len(drifted.values),), 2.0))
+    ppo.save()
+
+    def kl_after(kl_coef):
+        again = learner(model, kl_coef=kl_coef, ppo_epochs=4, state_dir=tmp_path / "drift", reward_norm=False)
+        again.episodes = [again.episodes[-1]]  # the drifted reply, reward 2
+        stats = again.update()
+        with torch.no_grad():
+            logp = again.score([episode])[0][0]
+        return float((logp - torch.tensor(episode.ref_logprobs)).mean()), stats
+
+    free, free_stats = kl_after(0.0)
+    held, held_stats = kl_after(5.0)
+    assert free_stats["kl_penalty"] > 0 and held_stats["kl_penalty"] > 0
+    assert abs(held) < abs(free)

@@ -58,6 +58,19 @@ def reply_logp_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature:
     return torch.cat(tokens, dim=1), torch.cat(entropies, dim=1)
 
 
+KL_K3_MAX = 10.0  # nats: the ceiling of one token's k3 term (as verl's low_var_kl)
+
+
+def kl_k3(logp: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(policy || reference) on tokens the policy sampled
+    (Schulman 2020; GRPO's penalty): r - log r - 1 with r = p_ref / p, never negative, zero
+    where they agree, linear (not exponential) in how far the policy moved above the
+    reference, and clamped at KL_K3_MAX where the reference is far more likely, so that one
+    token cannot dominate an update."""
+    log_ratio = torch.clamp(ref - logp, -20.0, 20.0)  # exp stays finite: no inf x 0 in the clamp's gradient
+    return torch.clamp(torch.exp(log_ratio) - log_ratio - 1.0, max=KL_K3_MAX)
+
+
 @dataclass
 class RunningStats:
     """Mean and variance of every reward seen (Welford), to normalise rewards whose scale
@@ -258,12 +271,14 @@ class PPOLearner:
         return self.reward_stats.normalise(episode.reward, self.rl.reward_clip)
 
     def advantages(self, episode: Episode) -> tuple[torch.Tensor, torch.Tensor]:
-        """GAE over the response tokens with the KL-penalised per-token rewards; at the default
-        lam = 1 every token's advantage is the whole reply's return minus its value, so the
-        reward reaches the description and the first hunk, not only the diff's last lines."""
+        """GAE over the response tokens; at the default lam = 1 every token's advantage is the
+        whole reply's return minus its value, so the reward reaches the description and the
+        first hunk, not only the diff's last lines. The return is the experiment's reward
+        alone, unless kl_mode = "reward" adds the per-token KL penalty to it."""
         rl = self.rl
-        logp, ref = torch.tensor(episode.logprobs), torch.tensor(episode.ref_logprobs)
-        rewards = -self.kl_coef * (logp - ref)
+        rewards = torch.zeros(len(episode.values))
+        if rl.kl_mode == "reward":
+            rewards = -self.kl_coef * (torch.tensor(episode.logprobs) - torch.tensor(episode.ref_logprobs))
         rewards[-1] += self.scaled_reward(episode)
         values = torch.tensor(episode.values)
         adv, last = torch.zeros_like(values), 0.0
@@ -287,7 +302,7 @@ class PPOLearner:
             return {}
         kl = sum(sum(e.logprobs) - sum(e.ref_logprobs) for e in fresh) / tokens
         error = max(-0.2, min(0.2, kl / rl.kl_target - 1.0))
-        self.kl_coef *= 1.0 + error * len(fresh) / max(1, rl.kl_horizon)
+        self.kl_coef = min(rl.kl_coef_max, self.kl_coef * (1.0 + error * len(fresh) / max(1, rl.kl_horizon)))
         return {"sampled_kl": kl, "kl_coef": self.kl_coef}
 
     def batch_advantages(self, batch: list[Episode]) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], float]:
@@ -318,7 +333,7 @@ class PPOLearner:
         self.scored = 0
         stats = {"episodes": len(batch), "mean_reward": sum(e.reward for e in batch) / len(batch),
                  "reward_mean": self.reward_stats.mean, "reward_std": self.reward_stats.std(), "adv_std": raw_std}
-        totals = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "kl": 0.0,
+        totals = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "kl": 0.0, "kl_penalty": 0.0,
                   "ratio": 0.0, "clip_frac": 0.0}
         if self.state_dir:
             self.save()  # before the risky part: an out-of-memory kill loses no episode
@@ -368,11 +383,14 @@ class PPOLearner:
                         v_clip = old_v + torch.clamp(vals[j] - old_v, -rl.clip_range_value, rl.clip_range_value)
                         value_loss = 0.5 * torch.max((vals[j] - ret) ** 2, (v_clip - ret) ** 2).mean()
                         entropy = ents[j].mean()
-                        losses.append(policy_loss + rl.vf_coef * value_loss - rl.ent_coef * entropy)
+                        ref = torch.tensor(e.ref_logprobs, device=self.device)
+                        kl_penalty = kl_k3(logps[j], ref).mean()
+                        loss = policy_loss + rl.vf_coef * value_loss - rl.ent_coef * entropy
+                        losses.append(loss + self.kl_coef * kl_penalty if rl.kl_mode == "loss" else loss)
                         with torch.no_grad():
-                            ref = torch.tensor(e.ref_logprobs, device=self.device)
                             for key, value in (("policy_loss", policy_loss), ("value_loss", value_loss),
                                                ("entropy", entropy), ("kl", (logps[j] - ref).mean()),
+                                               ("kl_penalty", kl_penalty),
                                                ("ratio", ratio.mean()),
                                                ("clip_frac", ((ratio - 1).abs() > rl.clip_range).float().mean())):
                                 seen[key] += float(value)
