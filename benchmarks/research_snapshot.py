@@ -3,7 +3,7 @@
 while they run or after they were cut off: per loop, the experiments so far, best so far
 (final and at 25, 50, ... experiments), the status counts and the per-window figures of
 research_bench.windows; for rl loops, every PPO update's KL, entropy and clip fraction (with
-[rl] kl_target also the sampled KL and kl_coef), the reasons of the invalid experiments,
+[rl] kl_target also the sampled KL and kl_coef; the raw advantage std; the mean k3 penalty), the reasons of the invalid experiments,
 the errors of every failed try (valid experiments' earlier tries included) and, per window
 of 50, the share of experiments whose first try was valid.
 
@@ -30,7 +30,7 @@ for repo in sorted(root.iterdir()):
         log = repo / ".git/gitresearch/rl/updates.jsonl"  # absent until the first update
         ups = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
         entry["updates"] = [{k: u[k] for k in ("experiment", "episodes", "mean_reward", "kl", "entropy", "clip_frac",
-                                               "sampled_kl", "kl_coef", "adv_std") if k in u} for u in ups]
+                                               "sampled_kl", "kl_coef", "adv_std", "kl_penalty") if k in u} for u in ups]
         entry["invalid_reasons"] = dict(Counter((r.get("reason") or "").split("last: ")[-1][:40]
                                                 for r in recs if r["status"] == "invalid"))
         entry["failed_try_errors"] = dict(Counter(re.sub(r"[0-9a-f]{12}|#\d+", "N", a["error"])[:40]
