@@ -136,8 +136,9 @@ def loop(policy, backend, model, base_url, prompt, budget, max_experiments, max_
 @click.option("--lr", type=click.FloatRange(0, min_open=True), help="AdamW peak learning rate [0.002]")
 @click.option("--copy-weight", type=click.FloatRange(0), help="loss weight of the reply's tokens copied from the prompt [1]")
 @click.option("--init", type=click.Path(exists=True, file_okay=False), help="go on training this policy LM")
+@click.option("--max-changes", type=click.IntRange(1), help="constants a reply changes, one to this many [1]")
 @click.option("--seed", type=int, default=0, show_default=True)
-def pretrain_policy(out, examples, steps, lr, copy_weight, init, seed):
+def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, seed):
     """Train a small policy LM by imitation of this repo's constant edits (CPU, no download)."""
     from dataclasses import replace
 
@@ -145,7 +146,8 @@ def pretrain_policy(out, examples, steps, lr, copy_weight, init, seed):
 
     root = _repo_root()
     store = Store(root)
-    given = {"examples": examples, "steps": steps, "lr": lr, "copy_weight": copy_weight, "init": init}
+    given = {"examples": examples, "steps": steps, "lr": lr, "copy_weight": copy_weight, "init": init,
+             "max_changes": max_changes}
     settings = replace(PretrainConfig(), seed=seed, **{k: v for k, v in given.items() if v is not None})
     out = out or store.state_dir / "policy-lm"
     stats = pretrain_repo(store, _load(root), out, settings, log=click.echo)

@@ -38,11 +38,15 @@ def test_compact_view_keeps_the_lines_around_each_constant_and_numbers_its_runs(
     assert view == "# lines 3-5\n\nA = 1\nx = 2\n# lines 11-13\n\nB = 0.5\ny = A * B"
 
 
-def test_every_reply_parses_and_applies_to_the_file_its_prompt_showed(tmp_path):
+@pytest.mark.parametrize("max_changes", [1, 3])
+def test_every_reply_parses_and_applies_to_the_file_its_prompt_showed(tmp_path, max_changes):
+    """One constant per reply by default; with max_changes 3, one to three as the random
+    policy (more only where a divisor relation moves a multiple with its divisor)."""
     config, source = load(TARGET), (TARGET / "train.py").read_text()
     repo, store = empty_repo(tmp_path)
     pairs = examples({"train.py": source}, random.Random(0), store.make_diff, n=25,
-                     skip=config.policy.skip_constants)
+                     skip=config.policy.skip_constants, max_changes=max_changes)
+    counts = []
     assert len({ex.before for ex in pairs}) >= 15  # starts moved off the baseline, not one file
     live = {s.name for s in find_sites(source, config.policy.skip_constants)}
     for ex in pairs:
@@ -55,7 +59,9 @@ def test_every_reply_parses_and_applies_to_the_file_its_prompt_showed(tmp_path):
         before = {s.name: s.value for s in find_sites(ex.before, config.policy.skip_constants)}
         after = {s.name: s.value for s in find_sites(ex.after, config.policy.skip_constants)}
         moved = {name for name in before if before[name] != after[name]}
-        assert len(moved) == 1 and moved <= live  # one constant: one 3-line hunk to copy
+        removed = [line for line in diff.splitlines()[2:] if line.startswith("-")]
+        assert moved <= live and 1 <= len(removed) <= len(moved)  # a line per constant (ADAM_BETAS: 2 on 1)
+        counts.append(len(moved))
         assert description == ex.reply.splitlines()[0].removeprefix("Description: ")
         for name in moved:
             assert f"{name} {before[name]!r} -> {after[name]!r}" in description
@@ -63,6 +69,10 @@ def test_every_reply_parses_and_applies_to_the_file_its_prompt_showed(tmp_path):
         for line in diff.splitlines()[2:]:
             if line[:1] in (" ", "-"):
                 assert line[1:] in ex.prompt.splitlines(), line
+    if max_changes == 1:
+        assert set(counts) == {1}
+    else:  # every count from 1 to 3 occurs; a fourth only through a relation (WIDTH with HEAD_DIM)
+        assert {1, 2, 3} <= set(counts) and max(counts) <= 4
 
 
 def test_failed_tries_before_a_reply_are_fed_back_as_the_loop_feeds_back_its_own(tmp_path):

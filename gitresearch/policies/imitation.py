@@ -6,7 +6,8 @@ Each example starts from the target's files moved by 0 to 12 random steps of the
 the compact prompt (prompt.build_compact_prompt: the lines around each live constant, which
 is all a constant edit's diff needs as context, and made-up past experiments of every status
 the loop records), and answers with a Description line and one ```diff block that changes one
-live constant as the random policy would. The diff is written the way people and models write
+live constant (with `max_changes` > 1: one to that many, keeping the divisor relations, as the
+random policy does) as the random policy would. The diff is written the way people and models write
 one (`--- a/PATH`, `+++ b/PATH`, one hunk; no `diff --git` or blob ids to copy) with no
 context line, as `diff -U0` writes it: the model copies one line of its prompt and edits its
 value, instead of 7-line hunks of neighbouring lines that merge when constants sit close
@@ -29,7 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from .constants import Site, find_sites, rewrite
+from .constants import Site, find_sites, relations, rewrite
 from . import InvalidReply
 from .prompt import compact_prompt, compact_retry, fence, history_line
 from .random_search import mutate_site, random_changes
@@ -115,9 +116,10 @@ def failed_try(kind: str, path: str, source: str, change, sites: list[Site], rng
 
 def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[..., str],
              n: int, skip: tuple[str, ...] = (), cuda: bool = False, metric: str = "val_bpb",
-             wander: int = WANDER_STEPS, tries: tuple[int, ...] = FAILED_TRIES) -> list[Example]:
+             wander: int = WANDER_STEPS, tries: tuple[int, ...] = FAILED_TRIES,
+             max_changes: int = 1) -> list[Example]:
     """n imitation examples over `files` (path -> source of the baseline), each after a number
-    of failed tries drawn from `tries`."""
+    of failed tries drawn from `tries`, each reply changing one to `max_changes` constants."""
     seen: dict[str, list[Site]] = {}
 
     def live(source: str) -> list[Site]:  # parsing dominates making examples: once per text
@@ -145,8 +147,11 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
             history.append(history_line(number - k, status, value, delta,
                                         described(random_changes(sites[path], rng))))
         path = rng.choice(paths)
-        site = rng.choice(sites[path])
-        changes = [(site, new)] if (new := mutate_site(site, rng)) is not None else []
+        if max_changes > 1:
+            changes = random_changes(sites[path], rng, relations(current[path]), most=max_changes)
+        else:  # the stream of the one-change examples the measured LMs were trained on
+            site = rng.choice(sites[path])
+            changes = [(site, new)] if (new := mutate_site(site, rng)) is not None else []
         after = rewrite(current[path], changes)
         if not changes or after == current[path]:
             continue

@@ -47,6 +47,7 @@ class PretrainConfig:
     temperature: float = 0.7  # of those samples: the [llm] temperature the policy samples at
     copy_weight: float = 1.0  # loss weight of the reply tokens copied from the prompt (see copied_spans)
     init: str = ""  # a policy LM directory to go on training (its tokenizer and shape), or "" for a new one
+    max_changes: int = 1  # constants a reply changes: one to this many, as the random policy (which does 1-3)
 
 
 # the reply's text copied from its prompt: the old values of the Description ("NAME OLD -> NEW")
@@ -112,7 +113,8 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
 
     started = time.monotonic()
     set_seed(config.seed)
-    pairs = examples(files, random.Random(config.seed), make_diff, config.examples, skip, metric=metric)
+    pairs = examples(files, random.Random(config.seed), make_diff, config.examples, skip, metric=metric,
+                     max_changes=config.max_changes)
     if config.init:  # go on training: the model's own tokenizer and window
         tokenizer = AutoTokenizer.from_pretrained(config.init)
         model = AutoModelForCausalLM.from_pretrained(config.init)
@@ -169,7 +171,8 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
     failed tries drawn from `tries`: (0,) is a first try; with `wander`, the files first
     moved by up to that many random steps, as the loop's keeps move best) and count those
     that parse, apply (`apply(files, diff)` -> the new files, raising on failure) and change
-    at least one live constant; and how many of the valid diffs are distinct."""
+    at least one live constant; how many of the valid diffs are distinct, and how many
+    constants a valid reply changes on average."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from ..gitstore import InvalidDiff
@@ -181,7 +184,7 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
     window = model.config.max_position_embeddings
     torch.manual_seed(seed)
     counts = {"valid": 0, "no_diff": 0, "does_not_apply": 0, "does_not_parse": 0, "no_constant_changed": 0}
-    diffs = set()
+    diffs, changed = set(), 0
     for shown, prompt in cases:
         ids = tokenizer(render_chat(tokenizer, prompt), add_special_tokens=False, return_tensors="pt")["input_ids"]
         # a reply runs to the end of the model's window at most (a prompt with two failed tries
@@ -211,8 +214,10 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
             counts["no_constant_changed"] += 1
             continue
         counts["valid"] += 1
+        changed += sum(value != after.get(key) for key, value in before.items())
         diffs.add(diff)
-    return {"samples": samples, **counts, "valid_share": counts["valid"] / samples, "distinct_valid": len(diffs)}
+    return {"samples": samples, **counts, "valid_share": counts["valid"] / samples, "distinct_valid": len(diffs),
+            "changes_per_valid": round(changed / max(1, counts["valid"]), 3)}
 
 
 def pretrain_repo(store, config, out: Path, settings: PretrainConfig = PretrainConfig(),

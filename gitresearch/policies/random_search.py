@@ -75,10 +75,10 @@ def keep_relations(changes: list, sites: list, relations) -> list:
     return [(by_name[n], value[n]) for n in sorted(changed, key=list(by_name).index) if value[n] != old[n]]
 
 
-def random_changes(sites: list, rng: random.Random, relations=()) -> list:
-    """One to three of the sites, each with a mutated value: [(site, new value)], keeping
+def random_changes(sites: list, rng: random.Random, relations=(), most: int = 3) -> list:
+    """One to `most` of the sites, each with a mutated value: [(site, new value)], keeping
     the divisor relations (constants.relations) that hold now."""
-    chosen = rng.sample(sites, k=min(len(sites), rng.randint(1, 3)))
+    chosen = rng.sample(sites, k=min(len(sites), rng.randint(1, most)))
     changes = [(s, new) for s in chosen if (new := mutate_site(s, rng)) is not None]
     return keep_relations(changes, sites, relations) if relations else changes
 
