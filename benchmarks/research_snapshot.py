@@ -2,10 +2,11 @@
 """The figures of `gitresearch bench research --workdir DIR` loops read from their notes, also
 while they run or after they were cut off: per loop, the experiments so far, best so far
 (final and at 25, 50, ... experiments), the status counts and the per-window figures of
-research_bench.windows; for rl loops, every PPO update's KL, entropy and clip fraction (with
-[rl] kl_target also the sampled KL and kl_coef; the raw advantage std; the mean k3 penalty), the reasons of the invalid experiments,
-the errors of every failed try (valid experiments' earlier tries included) and, per window
-of 50, the share of experiments whose first try was valid.
+research_bench.windows; for rl loops, every PPO update's KL, mean k3 penalty, raw advantage
+std, entropy and clip fraction (with [rl] kl_target also the sampled KL and kl_coef), the
+reasons of the invalid experiments, the errors of every failed try (valid experiments'
+earlier tries included) and, per window of 50, the share of experiments whose first try was
+valid.
 
     python benchmarks/research_snapshot.py DIR OUT.json
 """
