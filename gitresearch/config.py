@@ -108,6 +108,7 @@ class PolicyConfig:
     diff_chars: int = 1500  # characters of each history entry's diff shown in the prompt
     max_tries: int = 3  # proposals tried (each failure fed back) before recording `invalid`
     max_diff_bytes: int = 65536  # larger diffs are invalid
+    repair_stale_lines: bool = True  # a removed `NAME = value` line with a stale value is read as the file's
     system_prompt: str = ""  # file with a system prompt replacing the built-in one
     seed: int | None = None  # random, optuna (and rl, unless [rl] seed) policies' seed; None: fresh entropy
     skip_constants: tuple[str, ...] = ()  # constants the random and optuna policies leave alone

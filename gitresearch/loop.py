@@ -318,8 +318,10 @@ class Loop(Judge):
             number, commit = self.store.create_experiment(base, outcome.tree, description, policy.name,
                                                           self.reserve)
             self.claims.claim(number)
-        data["novelty"] = round(novelty(proposal.diff, [e.diff for e in state.history]), 6)
-        return number, commit, base, description, {**data, "diff_sha": diff_sha(proposal.diff)}
+        if outcome.repairs:
+            data["repaired_lines"] = outcome.repairs
+        data["novelty"] = round(novelty(outcome.diff, [e.diff for e in state.history]), 6)
+        return number, commit, base, description, {**data, "diff_sha": diff_sha(outcome.diff)}
 
     def reserve(self, number: int, commit: str) -> bool:
         return self.remote.reserve(number, commit) if self.remote else True

@@ -12,7 +12,7 @@ from . import gitstore
 from .config import Config
 from .errors import GitresearchError
 from .gitstore import Store
-from .diffs import diff_sha
+from .diffs import diff_sha, repair_stale_lines
 from .policies.base import Attempt, BackendError, InvalidReply, Proposal, State
 
 REGULAR_FILE_MODES = (0o100644, 0o100755)
@@ -41,16 +41,39 @@ def check_text(diff: str) -> None:
         raise InvalidProposal(f"the diff is not valid UTF-8 ({err.reason} at character {err.start})") from None
 
 
-def validate(store: Store, config: Config, base: str, diff: str) -> str:
-    """The tree of `base` with `diff` applied, or InvalidProposal with the exact reason."""
+def apply_or_repair(store: Store, config: Config, base: str, diff: str) -> tuple[str, list[str], str, list[str]]:
+    """(tree, changed paths, the diff applied, its repairs): `diff` as written, or, when it does
+    not apply and [policy] repair_stale_lines is on, with its stale removed lines repaired
+    (diffs.repair_stale_lines); the error is always the one of the diff as written."""
+    try:
+        return (*store.apply_diff(base, diff), diff, [])
+    except gitstore.InvalidDiff as err:
+        repaired = None
+        if config.policy.repair_stale_lines and "does not apply" in str(err):
+            repaired = repair_stale_lines(diff, lambda path: read_or_none(store, base, path))
+        if repaired is None:
+            raise InvalidProposal(str(err)) from err
+        try:
+            return (*store.apply_diff(base, repaired[0]), *repaired)
+        except gitstore.InvalidDiff:
+            raise InvalidProposal(str(err)) from err
+
+
+def read_or_none(store: Store, commit: str, path: str) -> str | None:
+    try:
+        return store.read_file(commit, path)
+    except (gitstore.GitError, UnicodeDecodeError):
+        return None
+
+
+def validate(store: Store, config: Config, base: str, diff: str) -> tuple[str, str, list[str]]:
+    """(tree of `base` with `diff` applied, the diff applied, its repairs), or InvalidProposal
+    with the exact reason."""
     check_text(diff)
     limit = config.policy.max_diff_bytes
     if len(diff.encode()) > limit:
         raise InvalidProposal(f"the diff is {len(diff.encode())} bytes, over the limit of {limit}")
-    try:
-        tree, paths = store.apply_diff(base, diff)
-    except gitstore.InvalidDiff as err:
-        raise InvalidProposal(str(err)) from err
+    tree, paths, diff, repairs = apply_or_repair(store, config, base, diff)
     outside = [p for p in paths if p not in config.files.editable]
     if outside:
         raise InvalidProposal(f"the diff touches {', '.join(outside)}; only "
@@ -74,7 +97,7 @@ def validate(store: Store, config: Config, base: str, diff: str) -> str:
             except SyntaxError as err:
                 raise InvalidProposal(f"{path} does not parse after the diff: line {err.lineno}: "
                                       f"{err.msg}") from err
-    return tree
+    return tree, diff, repairs
 
 
 REPLY_CHARS_KEPT = 8000  # of each failed reply, stored in the note
@@ -85,6 +108,8 @@ class Outcome:
     """The result of asking a policy for a valid proposal, up to [policy] max_tries times."""
     proposal: Proposal | None  # the last proposal (None when no try produced one)
     tree: str | None  # its tree when valid; None: every try failed
+    diff: str = ""  # the diff applied when valid: the proposal's, or its repair
+    repairs: list[str] = field(default_factory=list)  # stale removed lines repaired ("old -> new")
     attempts: list[dict] = field(default_factory=list)  # failed tries: error, reply, diff
     backend_only: bool = False  # every failed try was the endpoint's fault, not the policy's
     data: dict = field(default_factory=dict)  # the policy's data of the last try
@@ -94,6 +119,13 @@ class Outcome:
         if not self.attempts:
             return ""
         return f"{len(self.attempts)} tries failed; last: {self.attempts[-1]['error']}"
+
+
+def check_new(diff: str, tried: dict[str, int]) -> None:
+    earlier = tried.get(diff_sha(diff))
+    if earlier is not None:
+        raise InvalidProposal(f"this exact change was already tried as experiment #{earlier}; "
+                              f"propose something different")
 
 
 def propose_valid(store: Store, config: Config, policy, state: State, tried: dict[str, int]) -> Outcome:
@@ -106,12 +138,11 @@ def propose_valid(store: Store, config: Config, policy, state: State, tried: dic
             proposal = policy.propose(state)
             reply = proposal.reply
             check_text(proposal.diff)
-            earlier = tried.get(diff_sha(proposal.diff))
-            if earlier is not None:
-                raise InvalidProposal(f"this exact change was already tried as experiment #{earlier}; "
-                                      f"propose something different")
+            check_new(proposal.diff, tried)
             outcome.proposal, outcome.data = proposal, proposal.data
-            outcome.tree = validate(store, config, state.best_commit, proposal.diff)
+            tree, applied, repairs = validate(store, config, state.best_commit, proposal.diff)
+            check_new(applied, tried)  # a repair can turn a new diff into one tried before
+            outcome.tree, outcome.diff, outcome.repairs = tree, applied, repairs
             break
         except BackendError as err:
             error = f"backend: {err}"

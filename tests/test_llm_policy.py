@@ -7,6 +7,7 @@ import pytest
 from chat_server import ChatServer, reply, slow, status
 from gitresearch.config import ConfirmConfig, LLMConfig, NoiseConfig, load
 from gitresearch.confirm import floor
+from gitresearch.diffs import diff_sha
 from gitresearch.gitstore import Store
 from gitresearch.history import build_state
 from gitresearch.policies import BackendError, InvalidReply, PolicyError
@@ -145,8 +146,9 @@ def test_loop_with_scripted_replies(tmp_path):
         reply(fenced("easier data", edit(PREPARE, "data.bin", "easy.bin", path="prepare.py")[1])),
         reply(fenced("widen", edit((repo / "gitresearch.toml").read_text(), '"train.py"',
                                    '"train.py", "prepare.py"', path="gitresearch.toml")[1])),
-        # 4: a diff that does not apply (best has depth 6 now), then a syntax error -> invalid
-        reply(fenced("stale", edit(FAKE, "DEPTH = 4", "DEPTH = 5")[1])),
+        # 4: a diff that does not apply (a context line says depth 4, best has 6), then a
+        # syntax error -> invalid
+        reply(fenced("stale", edit(FAKE, "STEP_S = 0.0", "STEP_S = 0.01")[1])),
         reply(fenced("broken", edit(deeper, "LR = 0.1", "LR = = 0.1")[1])),
         # 5: a 429, then a valid diff -> keep
         status(429, retry_after="0"),
@@ -194,6 +196,26 @@ def test_loop_with_scripted_replies(tmp_path):
     for log in (repo / ".git" / "gitresearch" / "runs").rglob("log.txt"):
         text = log.read_text()
         assert "environment:" in text and "OPENAI_API_KEY" not in text and SECRET not in text
+
+
+def test_a_stale_removed_line_is_repaired_and_recorded(tmp_path):
+    repo = llm_repo(tmp_path)
+    deeper, deeper_diff = edit(FAKE, "DEPTH = 4", "DEPTH = 6")
+    stale = edit(FAKE, "DEPTH = 4", "DEPTH = 5")[1]  # written against the baseline: best has 6
+    with ChatServer([reply("Description: deeper\n" + deeper_diff),
+                     reply("Description: depth 5\n" + stale)]) as server:
+        cli("loop", "--max-experiments", "2", "--no-early-stop", "--base-url", server.url,
+            cwd=repo, env={"OPENAI_API_KEY": SECRET})
+    rec = notes(repo)
+    assert rec[1]["status"] == "keep" and rec[2]["status"] in ("keep", "discard")
+    assert rec[2]["repaired_lines"] == ["DEPTH = 4  # layers -> DEPTH = 6  # layers"]
+    assert rec[2]["attempts"] == [] and "repaired_lines" not in rec[1]
+    store = Store(repo)
+    commit = next(e.commit for e in store.experiments() if e.number == 2)
+    applied = store.diff_of(commit)  # the change committed is best's depth 6 -> 5
+    assert "-DEPTH = 6  # layers\n+DEPTH = 5  # layers" in applied
+    assert store.read_file(commit, "train.py") == deeper.replace("DEPTH = 6", "DEPTH = 5")
+    assert rec[2]["diff_sha"] == diff_sha(applied) != diff_sha(stale)
 
 
 def test_loop_stops_when_the_endpoint_is_down(tmp_path):
