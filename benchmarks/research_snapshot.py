@@ -6,7 +6,8 @@ research_bench.windows; for rl loops, every PPO update's KL, mean k3 penalty, ra
 std, entropy and clip fraction (with [rl] kl_target also the sampled KL and kl_coef), the
 reasons of the invalid experiments, the errors of every failed try (valid experiments'
 earlier tries included) and, per window of 50, the share of experiments whose first try was
-valid.
+valid and the number whose diff applied only after the stale-line repair ([policy]
+repair_stale_lines).
 
     python benchmarks/research_snapshot.py DIR OUT.json
 """
@@ -39,6 +40,8 @@ for repo in sorted(root.iterdir()):
         first = [not r.get("attempts") for r in recs[1:]]
         entry["first_try_valid"] = [round(sum(first[i:i + 50]) / len(first[i:i + 50]), 3)
                                     for i in range(0, len(first), 50)]
+        repaired = [bool(r.get("repaired_lines")) for r in recs[1:]]
+        entry["repaired"] = [sum(repaired[i:i + 50]) for i in range(0, len(repaired), 50)]
     loops[repo.name] = entry
 json.dump({"schema": 1, "snapshot_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loops": loops},
           open(out, "w"), indent=1)

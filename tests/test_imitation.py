@@ -140,6 +140,7 @@ def test_a_pretrained_policy_lm_learns_the_reply_format_and_is_judged_on_real_ap
         sampled = stats[check]
         assert sampled["samples"] == 4 and sum(sampled[k] for k in (
             "valid", "no_diff", "does_not_apply", "does_not_parse", "no_constant_changed")) == 4
+        assert 0 <= sampled["repaired"] <= sampled["valid"]
     # --init goes on training it: its own tokenizer, starting where it stopped
     from dataclasses import replace
 

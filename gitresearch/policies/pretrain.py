@@ -7,7 +7,8 @@ like any local model; the rl policy then fine-tunes it with PPO on real rewards.
     gitresearch loop --policy rl --model .gitresearch/policy-lm     # needs [llm] prompt = "compact"
 
 After training it samples replies to the loop's first prompt (best's files, made-up history)
-and reports the share that parse, apply to best with `git apply` and change a live constant.
+and reports the share that parse, apply to best as the loop applies them (`git apply`, then the
+stale-line repair) and change a live constant.
 """
 from __future__ import annotations
 
@@ -170,12 +171,13 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
     """Sample replies to compact prompts of `files` (made-up histories, after a number of
     failed tries drawn from `tries`: (0,) is a first try; with `wander`, the files first
     moved by up to that many random steps, as the loop's keeps move best) and count those
-    that parse, apply (`apply(files, diff)` -> the new files, raising on failure) and change
-    at least one live constant; how many of the valid diffs are distinct, and how many
+    that parse, apply (`apply(files, diff)` -> (the new files, the stale removed lines it
+    repaired), raising InvalidProposal on failure) and change at least one live constant; how
+    many valid replies needed a repair, how many of the valid diffs are distinct, and how many
     constants a valid reply changes on average."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    from ..gitstore import InvalidDiff
+    from ..proposal import InvalidProposal
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
@@ -183,7 +185,8 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
         files, random.Random(10_000 + seed), make_diff, samples, skip, metric=metric, wander=wander, tries=tries)]
     window = model.config.max_position_embeddings
     torch.manual_seed(seed)
-    counts = {"valid": 0, "no_diff": 0, "does_not_apply": 0, "does_not_parse": 0, "no_constant_changed": 0}
+    counts = {"valid": 0, "repaired": 0, "no_diff": 0, "does_not_apply": 0, "does_not_parse": 0,
+              "no_constant_changed": 0}
     diffs, changed = set(), 0
     for shown, prompt in cases:
         ids = tokenizer(render_chat(tokenizer, prompt), add_special_tokens=False, return_tensors="pt")["input_ids"]
@@ -197,11 +200,11 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
         text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
         try:
             _, diff = parse_reply(text, shown, make_diff)
-            new = apply(shown, diff)
+            new, repairs = apply(shown, diff)
         except InvalidReply:
             counts["no_diff"] += 1
             continue
-        except InvalidDiff:
+        except InvalidProposal:
             counts["does_not_apply"] += 1
             continue
         before = {(p, s.name): s.value for p, src in shown.items() for s in find_sites(src, skip, metric=metric)}
@@ -214,6 +217,7 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
             counts["no_constant_changed"] += 1
             continue
         counts["valid"] += 1
+        counts["repaired"] += bool(repairs)
         changed += sum(value != after.get(key) for key, value in before.items())
         diffs.add(diff)
     return {"samples": samples, **counts, "valid_share": counts["valid"] / samples, "distinct_valid": len(diffs),
@@ -226,21 +230,31 @@ def pretrain_repo(store, config, out: Path, settings: PretrainConfig = PretrainC
     replies to its compact prompt; the figures also go to OUT/pretrain.json."""
     best = store.best() or store.resolve("HEAD")
     files = {path: store.read_file(best, path) for path in config.files.editable}
-    skip, metric = config.policy.skip_constants, config.metric.name
-    stats = pretrain(files, out, store.make_diff, settings, skip, metric, log)
-
-    def apply(shown: dict[str, str], diff: str) -> dict[str, str]:
-        base = best if shown == files else store.commit_files(best, shown)
-        tree, _ = store.apply_diff(base, diff)
-        return {path: store.tree_file(tree, path) for path in files}
-
-    stats["sampled"] = valid_share(out, files, apply, store.make_diff, settings.eval_samples,
-                                   settings.temperature, settings.seed, skip, metric)
-    # the prompt of a retry: the loop's 2nd and 3rd tries show the failed ones with their errors
-    stats["sampled_after_failure"] = valid_share(out, files, apply, store.make_diff, settings.eval_samples,
-                                                 settings.temperature, settings.seed, skip, metric, tries=(1, 2))
-    # best after the loop's keeps have moved it: values the model cannot have memorised
-    stats["sampled_moved"] = valid_share(out, files, apply, store.make_diff, settings.eval_samples,
-                                         settings.temperature, settings.seed, skip, metric, wander=WANDER_STEPS)
+    stats = pretrain(files, out, store.make_diff, settings, config.policy.skip_constants,
+                     config.metric.name, log)
+    stats.update(check_repo(store, config, out, settings))
     (Path(out) / "pretrain.json").write_text(json.dumps(stats, indent=2) + "\n")
     return stats
+
+
+def check_repo(store, config, model_dir: Path, settings: PretrainConfig = PretrainConfig()) -> dict:
+    """The valid shares of a policy LM's replies to a research repo's compact prompt: first
+    tries, after failed tries, and on a moved best (valid_share), applied as the loop applies
+    them (proposal.apply_or_repair)."""
+    from ..proposal import apply_or_repair
+
+    best = store.best() or store.resolve("HEAD")
+    files = {path: store.read_file(best, path) for path in config.files.editable}
+
+    def apply(shown: dict[str, str], diff: str) -> tuple[dict[str, str], list[str]]:
+        base = best if shown == files else store.commit_files(best, shown)
+        tree, _, _, repairs = apply_or_repair(store, config, base, diff)
+        return {path: store.tree_file(tree, path) for path in files}, repairs
+
+    common = (model_dir, files, apply, store.make_diff, settings.eval_samples, settings.temperature,
+              settings.seed, config.policy.skip_constants, config.metric.name)
+    return {"sampled": valid_share(*common),
+            # the prompt of a retry: the loop's 2nd and 3rd tries show the failed ones with their errors
+            "sampled_after_failure": valid_share(*common, tries=(1, 2)),
+            # best after the loop's keeps have moved it: values the model cannot have memorised
+            "sampled_moved": valid_share(*common, wander=WANDER_STEPS)}
