@@ -151,6 +151,7 @@ class RLConfig:
     kl_mode: str = "loss"  # loss: a bounded k3 term in the loss (GRPO); reward: -kl_coef*(logp-ref) per token
     kl_target: float = 0.0  # per-token KL (nats) the adaptive controller holds kl_coef to; 0: fixed
     kl_coef_max: float = 1.0  # the adaptive controller's ceiling on kl_coef
+    kl_coef_min: float = 0.0  # its floor: drift that starts while kl_coef is tiny is still resisted
     kl_horizon: int = 16  # episodes over which kl_coef moves by at most 20 % (adaptive control)
     gamma: float = 1.0  # discount over response tokens
     lam: float = 1.0  # GAE lambda; 1: the whole reply shares the experiment's reward
@@ -346,6 +347,9 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
                           f"{', '.join(OPTIMIZERS)}")
     if sections["rl"].kl_mode not in KL_MODES:
         raise ConfigError(f"{path} [rl] kl_mode = {sections['rl'].kl_mode!r}: expected one of {', '.join(KL_MODES)}")
+    if not 0 <= sections["rl"].kl_coef_min <= sections["rl"].kl_coef_max:
+        raise ConfigError(f"{path} [rl] kl_coef_min = {sections['rl'].kl_coef_min!r}: expected between 0 "
+                          f"and kl_coef_max ({sections['rl'].kl_coef_max!r})")
     reward_config = sections["reward"]
     for name in ("invalid_penalty", "crash_penalty", "timeout_penalty"):
         if -getattr(reward_config, name) >= reward_config.valid_floor():

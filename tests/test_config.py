@@ -29,3 +29,14 @@ def test_the_named_flags_win_over_set_and_set_wins_over_the_file(tmp_path):
     config = _load(tmp_path, parse_settings(["run.budget_s=20", "run.grace_s=7"]), **{"run.budget_s": 30.0,
                                                                                        "run.grace_s": None})
     assert (config.run.budget_s, config.run.grace_s) == (30.0, 7)
+
+
+@pytest.mark.parametrize("overrides, match", [
+    ({"rl.kl_coef_min": 2.0}, "kl_coef_min = 2.0: expected between 0 and kl_coef_max"),
+    ({"rl.kl_coef_min": -0.1}, "kl_coef_min = -0.1"),
+    ({"rl.kl_mode": "both"}, "kl_mode = 'both': expected one of loss, reward"),
+])
+def test_rl_settings_out_of_range_are_refused_with_the_setting(tmp_path, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load(tmp_path, overrides)
+    assert load(tmp_path, {"rl.kl_coef_min": 0.05}).rl.kl_coef_min == 0.05

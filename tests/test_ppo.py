@@ -350,6 +350,11 @@ def test_the_adaptive_kl_coefficient_follows_the_sampled_drift(model, tmp_path):
         sampled(capped, 0.5, 1)
         capped.update()
     assert capped.kl_coef == pytest.approx(0.15)
+    floored = learner(model, kl_coef=0.1, kl_target=0.02, kl_horizon=1, kl_coef_min=0.07, ppo_epochs=1)
+    for _ in range(3):  # -20 % a step without the floor: 0.08, 0.064, 0.0512
+        sampled(floored, 0.0, 1)
+        floored.update()
+    assert floored.kl_coef == pytest.approx(0.07)
 
 
 def test_a_batch_without_signal_is_centred_but_never_scaled_up(model):

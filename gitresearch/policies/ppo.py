@@ -293,7 +293,7 @@ class PPOLearner:
         """The adaptive KL controller of Ziegler et al. (2019), per token, for the next update:
         kl_coef grows when the episodes sampled since the last update drifted from the reference by more than
         kl_target nats per token, and shrinks when they drifted less, by at most 20 % per
-        kl_horizon episodes. The drift is measured on the policy's own samples (behaviour
+        kl_horizon episodes, within [kl_coef_min, kl_coef_max]. The drift is measured on the policy's own samples (behaviour
         minus reference log-probs, stored at generation)."""
         rl = self.rl
         fresh = [e for e in self.episodes if e.version == self.version and e.reward is not None]
@@ -302,7 +302,8 @@ class PPOLearner:
             return {}
         kl = sum(sum(e.logprobs) - sum(e.ref_logprobs) for e in fresh) / tokens
         error = max(-0.2, min(0.2, kl / rl.kl_target - 1.0))
-        self.kl_coef = min(rl.kl_coef_max, self.kl_coef * (1.0 + error * len(fresh) / max(1, rl.kl_horizon)))
+        moved = self.kl_coef * (1.0 + error * len(fresh) / max(1, rl.kl_horizon))
+        self.kl_coef = max(rl.kl_coef_min, min(rl.kl_coef_max, moved))
         return {"sampled_kl": kl, "kl_coef": self.kl_coef}
 
     def batch_advantages(self, batch: list[Episode]) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], float]:
