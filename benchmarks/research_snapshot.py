@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """The figures of `gitresearch bench research --workdir DIR` loops read from their notes, also
 while they run or after they were cut off: per loop, the experiments so far, best so far
-(final and at 25, 50, ... experiments), the status counts and the per-window figures of
-research_bench.windows; for rl loops, every PPO update's KL, mean k3 penalty, raw advantage
+(final and at 25, 50, ... experiments), the status counts, the per-window figures of
+research_bench.windows and the crashes per window of 50; for rl loops, every PPO update's KL, mean k3 penalty, raw advantage
 std, entropy and clip fraction (with [rl] kl_target also the sampled KL and kl_coef), the
 reasons of the invalid experiments, the errors of every failed try (valid experiments'
 earlier tries included) and, per window of 50, the share of experiments whose first try was
@@ -28,6 +28,8 @@ for repo in sorted(root.iterdir()):
              "best_at": {n: t["best"][n] for n in (25, 50, 75, 100, 150, 200, 250, 300) if n < len(t["best"])},
              "statuses": dict(Counter(r["status"] for r in recs)),
              "windows": windows(t)}
+    statuses = [r["status"] for r in recs[1:]]
+    entry["crashes"] = [statuses[i:i + 50].count("crash") for i in range(0, len(statuses), 50)]
     if repo.name.startswith("rl-"):
         log = repo / ".git/gitresearch/rl/updates.jsonl"  # absent until the first update
         ups = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
