@@ -291,10 +291,10 @@ class PPOLearner:
 
     def adapt_kl_coef(self) -> dict:
         """The adaptive KL controller of Ziegler et al. (2019), per token, for the next update:
-        kl_coef grows when the episodes sampled since the last update drifted from the reference by more than
-        kl_target nats per token, and shrinks when they drifted less, by at most 20 % per
-        kl_horizon episodes, within [kl_coef_min, kl_coef_max]. The drift is measured on the policy's own samples (behaviour
-        minus reference log-probs, stored at generation)."""
+        kl_coef grows when the episodes sampled since the last update drifted from the reference
+        by more than kl_target nats per token, and shrinks when they drifted less, by at most
+        20 % per kl_horizon episodes, within [kl_coef_min, kl_coef_max]. The drift is measured
+        on the policy's own samples (behaviour minus reference log-probs, stored at generation)."""
         rl = self.rl
         fresh = [e for e in self.episodes if e.version == self.version and e.reward is not None]
         tokens = sum(len(e.logprobs) for e in fresh)
