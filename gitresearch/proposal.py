@@ -44,12 +44,13 @@ def check_text(diff: str) -> None:
 def apply_or_repair(store: Store, config: Config, base: str, diff: str) -> tuple[str, list[str], str, list[str]]:
     """(tree, changed paths, the diff applied, its repairs): `diff` as written, or, when it does
     not apply and [policy] repair_stale_lines is on, with its stale removed lines repaired
-    (diffs.repair_stale_lines); the error is always the one of the diff as written."""
+    (diffs.repair_stale_lines; a repaired diff that still fails, or one that does not parse,
+    is refused); the error is always the one of the diff as written."""
     try:
         return (*store.apply_diff(base, diff), diff, [])
     except gitstore.InvalidDiff as err:
         repaired = None
-        if config.policy.repair_stale_lines and "does not apply" in str(err):
+        if config.policy.repair_stale_lines:
             repaired = repair_stale_lines(diff, lambda path: read_or_none(store, base, path))
         if repaired is None:
             raise InvalidProposal(str(err)) from err
@@ -141,7 +142,8 @@ def propose_valid(store: Store, config: Config, policy, state: State, tried: dic
             check_new(proposal.diff, tried)
             outcome.proposal, outcome.data = proposal, proposal.data
             tree, applied, repairs = validate(store, config, state.best_commit, proposal.diff)
-            check_new(applied, tried)  # a repair can turn a new diff into one tried before
+            if repairs:  # a repair can turn a new diff into one tried before
+                check_new(applied, tried)
             outcome.tree, outcome.diff, outcome.repairs = tree, applied, repairs
             break
         except BackendError as err:
