@@ -162,6 +162,7 @@ class RLConfig:
     clip_range_value: float = 0.2  # value clip, around the values stored at generation
     vf_coef: float = 0.5  # value loss weight
     ent_coef: float = 0.01  # entropy bonus weight
+    token_share: float = 1.0  # share of each reply's tokens, its highest-entropy ones, in the policy and entropy terms
     max_grad_norm: float = 1.0
     ppo_epochs: int = 4  # passes over the replay per update
     minibatch_size: int = 1  # episodes per forward pass (left-padded with position_ids)
@@ -350,6 +351,8 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
     if not 0 <= sections["rl"].kl_coef_min <= sections["rl"].kl_coef_max:
         raise ConfigError(f"{path} [rl] kl_coef_min = {sections['rl'].kl_coef_min!r}: expected between 0 "
                           f"and kl_coef_max ({sections['rl'].kl_coef_max!r})")
+    if not 0 < sections["rl"].token_share <= 1:
+        raise ConfigError(f"{path} [rl] token_share = {sections['rl'].token_share!r}: expected a share in (0, 1]")
     reward_config = sections["reward"]
     for name in ("invalid_penalty", "crash_penalty", "timeout_penalty"):
         if -getattr(reward_config, name) >= reward_config.valid_floor():

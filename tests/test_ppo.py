@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from gitresearch.config import LLMConfig, RLConfig
-from gitresearch.policies.ppo import KL_K3_MAX, PPOLearner, kl_k3
+from gitresearch.policies.ppo import KL_K3_MAX, PPOLearner, decision_mask, kl_k3
 from tiny_lm import tiny_char_model, tiny_model
 
 MESSAGES = [{"role": "system", "content": "Propose a change."}, {"role": "user", "content": "LR = 0.1"}]
@@ -422,3 +422,39 @@ def test_with_the_kl_in_the_loss_the_return_is_the_reward_and_the_loss_pulls_to_
     held, held_stats = kl_after(5.0)
     assert free_stats["kl_penalty"] > 0 and held_stats["kl_penalty"] > 0
     assert abs(held) < abs(free)
+
+
+def test_the_decision_mask_keeps_the_highest_entropy_share_and_at_least_one_token():
+    entropy = torch.tensor([0.01, 2.0, 0.0, 0.5, 1.2, 0.02, 0.03, 0.9, 0.04, 0.05])
+    assert decision_mask(entropy, 0.2).tolist() == [0, 1, 0, 0, 1, 0, 0, 0, 0, 0]
+    assert decision_mask(entropy, 0.3).tolist() == [0, 1, 0, 0, 1, 0, 0, 1, 0, 0]  # 0.3 x 10 is 3.0000000000000004
+    assert decision_mask(entropy, 0.35).tolist() == [0, 1, 0, 1, 1, 0, 0, 1, 0, 0]  # a part token counts whole
+    assert decision_mask(entropy, 0.01).tolist() == [0, 1, 0, 0, 0, 0, 0, 0, 0, 0]  # never none
+    assert decision_mask(entropy, 1.0).eq(1).all()
+    assert decision_mask(torch.tensor([0.5, 0.5, 0.1]), 0.34).tolist() == [1, 1, 0]  # a tie at the threshold stays
+
+
+@pytest.mark.parametrize("share", [0.25, 1.0])
+def test_only_the_decision_tokens_carry_the_policy_and_entropy_terms(model, share):
+    """The update's own per-episode loss: with token_share < 1 its policy and entropy terms
+    have no gradient at the reply's low-entropy tokens (copies, format), and the KL term
+    still reaches every token; at 1 (the default) every token carries them, as before."""
+    ppo = learner(model, token_share=share, kl_mode="loss", kl_coef=0.0, ent_coef=0.5, reward_norm=False)
+    _, episode = ppo.generate(MESSAGES, seed=7)
+    ppo.add(episode, 2.0)
+    (adv, ret), = ppo.batch_advantages([episode])[0]
+    with torch.no_grad():
+        logps, vals, ents = ppo.score([episode])
+    logp = (logps[0] + 0.05 * torch.randn(len(episode.response_ids))).requires_grad_()  # away from ratio 1 and 0 KL
+    entropy = ents[0].clone().requires_grad_()
+    loss, terms = ppo.episode_loss(episode, adv, ret, logp, vals[0], entropy)
+    logp_grad, entropy_grad = torch.autograd.grad(loss, [logp, entropy])
+    picked = decision_mask(ents[0], share).bool()
+    n = len(episode.response_ids)
+    assert n == 12 and int(picked.sum()) == (3 if share < 1 else 12)
+    assert terms["decision_tokens"] == pytest.approx(int(picked.sum()) / n)
+    assert (logp_grad[~picked] == 0).all() and (logp_grad[picked] != 0).all()
+    assert (entropy_grad[~picked] == 0).all() and (entropy_grad[picked] < 0).all()  # the bonus raises them
+    kl_only = learner(model, token_share=share, kl_mode="loss", kl_coef=1.0, ent_coef=0.0, reward_norm=False)
+    kl_loss, _ = kl_only.episode_loss(episode, torch.zeros(n), ret, logp, vals[0], entropy)
+    assert (torch.autograd.grad(kl_loss, logp)[0] != 0).all()  # the KL term on every token

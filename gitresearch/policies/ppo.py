@@ -3,6 +3,7 @@ episodes, the update, sampling and saved state (docs/policies.md)."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,20 @@ def reply_logp_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature:
         tokens.append(token)
         entropies.append(entropy)
     return torch.cat(tokens, dim=1), torch.cat(entropies, dim=1)
+
+
+def decision_mask(entropy: torch.Tensor, share: float) -> torch.Tensor:
+    """1.0 at the reply's `share` highest-entropy tokens (at least one; ties at the threshold
+    are all kept), 0.0 elsewhere; all ones at share >= 1. Most tokens of a diff are copies
+    and format (headers, the removed line, the fence) that the model writes with near-zero
+    entropy; the few uncertain ones (which constant, its new value) are the decisions the
+    reward can be about (Wang et al. 2025: RL on the top 20 % highest-entropy tokens matches
+    or beats RL on all of them)."""
+    if share >= 1.0 or entropy.numel() == 0:
+        return torch.ones_like(entropy)
+    k = max(1, math.ceil(share * entropy.numel() - 1e-9))  # 0.3 x 10 tokens is 3, not 4
+    threshold = torch.topk(entropy.detach(), k).values[-1]
+    return (entropy.detach() >= threshold).to(entropy.dtype)
 
 
 KL_K3_MAX = 10.0  # nats: the ceiling of one token's k3 term (as verl's low_var_kl)
@@ -335,7 +350,7 @@ class PPOLearner:
         stats = {"episodes": len(batch), "mean_reward": sum(e.reward for e in batch) / len(batch),
                  "reward_mean": self.reward_stats.mean, "reward_std": self.reward_stats.std(), "adv_std": raw_std}
         totals = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "kl": 0.0, "kl_penalty": 0.0,
-                  "ratio": 0.0, "clip_frac": 0.0}
+                  "ratio": 0.0, "clip_frac": 0.0, "decision_tokens": 0.0}
         if self.state_dir:
             self.save()  # before the risky part: an out-of-memory kill loses no episode
         self.model.train()  # gradient checkpointing acts in training mode only (dropout is zeroed)
@@ -361,6 +376,34 @@ class PPOLearner:
             self.save()
         return stats
 
+    def episode_loss(self, e: Episode, adv: torch.Tensor, ret: torch.Tensor, logp: torch.Tensor,
+                     value: torch.Tensor, entropy: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """One episode's PPO loss (clipped policy term and entropy bonus on its decision tokens,
+        `token_share`; clipped value loss and the KL term on every token) and its terms."""
+        rl = self.rl
+        adv, ret = adv.to(self.device), ret.to(self.device)
+        old_logp = torch.tensor(e.logprobs, device=self.device)
+        old_v = torch.tensor(e.values, device=self.device)
+        ratio = torch.exp(logp - old_logp)
+        clipped = torch.clamp(ratio, 1 - rl.clip_range, 1 + rl.clip_range)
+        mask = decision_mask(entropy, rl.token_share)
+        picked = mask.sum()
+        policy_loss = (torch.max(-adv * ratio, -adv * clipped) * mask).sum() / picked
+        v_clip = old_v + torch.clamp(value - old_v, -rl.clip_range_value, rl.clip_range_value)
+        value_loss = 0.5 * torch.max((value - ret) ** 2, (v_clip - ret) ** 2).mean()
+        bonus = (entropy * mask).sum() / picked
+        ref = torch.tensor(e.ref_logprobs, device=self.device)
+        kl_penalty = kl_k3(logp, ref).mean()
+        loss = policy_loss + rl.vf_coef * value_loss - rl.ent_coef * bonus
+        if rl.kl_mode == "loss":
+            loss = loss + self.kl_coef * kl_penalty
+        with torch.no_grad():
+            terms = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy.mean(),
+                     "kl": (logp - ref).mean(), "kl_penalty": kl_penalty, "ratio": ratio.mean(),
+                     "clip_frac": ((ratio - 1).abs() > rl.clip_range).float().mean(),
+                     "decision_tokens": picked / max(1, mask.numel())}
+        return loss, {key: float(value.detach()) for key, value in terms.items()}
+
     def _minibatch_step(self, chunk: list, totals: dict) -> None:
         """One optimiser step on a minibatch, in micro-batches whose gradients add up; an
         out-of-memory error halves the micro-batch and retries the minibatch from scratch."""
@@ -375,26 +418,10 @@ class PPOLearner:
                     logps, vals, ents = self.score([e for e, _ in part])
                     losses = []
                     for j, (e, (adv, ret)) in enumerate(part):
-                        adv, ret = adv.to(self.device), ret.to(self.device)
-                        old_logp = torch.tensor(e.logprobs, device=self.device)
-                        old_v = torch.tensor(e.values, device=self.device)
-                        ratio = torch.exp(logps[j] - old_logp)
-                        clipped = torch.clamp(ratio, 1 - rl.clip_range, 1 + rl.clip_range)
-                        policy_loss = torch.max(-adv * ratio, -adv * clipped).mean()
-                        v_clip = old_v + torch.clamp(vals[j] - old_v, -rl.clip_range_value, rl.clip_range_value)
-                        value_loss = 0.5 * torch.max((vals[j] - ret) ** 2, (v_clip - ret) ** 2).mean()
-                        entropy = ents[j].mean()
-                        ref = torch.tensor(e.ref_logprobs, device=self.device)
-                        kl_penalty = kl_k3(logps[j], ref).mean()
-                        loss = policy_loss + rl.vf_coef * value_loss - rl.ent_coef * entropy
-                        losses.append(loss + self.kl_coef * kl_penalty if rl.kl_mode == "loss" else loss)
-                        with torch.no_grad():
-                            for key, value in (("policy_loss", policy_loss), ("value_loss", value_loss),
-                                               ("entropy", entropy), ("kl", (logps[j] - ref).mean()),
-                                               ("kl_penalty", kl_penalty),
-                                               ("ratio", ratio.mean()),
-                                               ("clip_frac", ((ratio - 1).abs() > rl.clip_range).float().mean())):
-                                seen[key] += float(value)
+                        loss, terms = self.episode_loss(e, adv, ret, logps[j], vals[j], ents[j])
+                        losses.append(loss)
+                        for key, value in terms.items():
+                            seen[key] += value
                     loss = torch.stack(losses).sum() / len(chunk)  # the minibatch's mean, summed over parts
                     seen["loss"] += float(loss.detach()) * len(chunk)
                     loss.backward()
