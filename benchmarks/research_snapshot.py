@@ -3,7 +3,7 @@
 while they run or after they were cut off: per loop, the experiments so far, best so far
 (final and at 25, 50, ... experiments), the status counts, the per-window figures of
 research_bench.windows and the crashes per window of 50; for rl loops, every PPO update's KL, mean k3 penalty, raw advantage
-std, entropy and clip fraction (with [rl] kl_target also the sampled KL and kl_coef), the
+std, entropy, clip fraction and share of decision tokens ([rl] token_share; with [rl] kl_target also the sampled KL and kl_coef), the
 reasons of the invalid experiments, the errors of every failed try (valid experiments'
 earlier tries included) and, per window of 50, the share of experiments whose first try was
 valid and the number whose diff applied only after the stale-line repair ([policy]
@@ -34,7 +34,7 @@ for repo in sorted(root.iterdir()):
         log = repo / ".git/gitresearch/rl/updates.jsonl"  # absent until the first update
         ups = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
         entry["updates"] = [{k: u[k] for k in ("experiment", "episodes", "mean_reward", "kl", "entropy", "clip_frac",
-                                               "sampled_kl", "kl_coef", "adv_std", "kl_penalty") if k in u} for u in ups]
+                                               "sampled_kl", "kl_coef", "adv_std", "kl_penalty", "decision_tokens") if k in u} for u in ups]
         entry["invalid_reasons"] = dict(Counter((r.get("reason") or "").split("last: ")[-1][:40]
                                                 for r in recs if r["status"] == "invalid"))
         entry["failed_try_errors"] = dict(Counter(re.sub(r"[0-9a-f]{12}|#\d+", "N", a["error"])[:40]
