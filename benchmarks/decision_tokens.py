@@ -27,6 +27,7 @@ from gitresearch.config import LLMConfig, RLConfig, load
 from gitresearch.gitstore import Store
 from gitresearch.policies.imitation import examples
 from gitresearch.policies.ppo import PPOLearner, decision_mask
+from gitresearch.policies.pretrain import best_files
 
 CLASSES = ("new_value", "name", "copied", "hunk", "format")
 ASSIGNED = re.compile(r"^([+-])(\s*)([A-Za-z_]\w*)(\s*=\s*)([^#\n]*?)(\s*#.*)?$", re.MULTILINE)
@@ -80,8 +81,7 @@ def main() -> None:
     args = parser.parse_args()
     started = time.time()
     config, store = load(args.repo), Store(args.repo)
-    best = store.best() or store.resolve("HEAD")
-    files = {path: store.read_file(best, path) for path in config.files.editable}
+    _, files = best_files(store, config)
     learner = PPOLearner(args.model, RLConfig(), LLMConfig(temperature=args.temperature, device="cpu"))
     cases = examples(files, random.Random(0), store.make_diff, args.replies, config.policy.skip_constants,
                      metric=config.metric.name, wander=0, tries=(0,))

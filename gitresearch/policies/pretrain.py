@@ -228,13 +228,19 @@ def pretrain_repo(store, config, out: Path, settings: PretrainConfig = PretrainC
                   log: Callable[[str], None] = print) -> dict:
     """Pre-train on best's editable files of a research repo and measure the valid share of
     replies to its compact prompt; the figures also go to OUT/pretrain.json."""
-    best = store.best() or store.resolve("HEAD")
-    files = {path: store.read_file(best, path) for path in config.files.editable}
+    _, files = best_files(store, config)
     stats = pretrain(files, out, store.make_diff, settings, config.policy.skip_constants,
                      config.metric.name, log)
     stats.update(check_repo(store, config, out, settings))
     (Path(out) / "pretrain.json").write_text(json.dumps(stats, indent=2) + "\n")
     return stats
+
+
+def best_files(store, config) -> tuple[str, dict[str, str]]:
+    """Best's commit (HEAD before a first keep) and its editable files: what the loop's first
+    prompt shows."""
+    best = store.best() or store.resolve("HEAD")
+    return best, {path: store.read_file(best, path) for path in config.files.editable}
 
 
 def check_repo(store, config, model_dir: Path, settings: PretrainConfig = PretrainConfig()) -> dict:
@@ -243,8 +249,7 @@ def check_repo(store, config, model_dir: Path, settings: PretrainConfig = Pretra
     them (proposal.apply_or_repair)."""
     from ..proposal import apply_or_repair
 
-    best = store.best() or store.resolve("HEAD")
-    files = {path: store.read_file(best, path) for path in config.files.editable}
+    best, files = best_files(store, config)
 
     def apply(shown: dict[str, str], diff: str) -> tuple[dict[str, str], list[str]]:
         base = best if shown == files else store.commit_files(best, shown)
