@@ -338,6 +338,8 @@ def bench_early_stop(curves, interval, min_fraction, beta, alpha, noise, methods
               help="comma-separated: random, optuna-tpe|gp|cmaes|qmc, or another --policy name")
 @click.option("--experiments", type=int, default=200, show_default=True, help="per loop, the baseline included")
 @click.option("--seeds", type=int, default=5, show_default=True)
+@click.option("--first-seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="seeds first-seed .. first-seed + seeds - 1: more seeds of an earlier run")
 @click.option("--parallel", type=int, default=2, show_default=True, help="loops at a time")
 @click.option("--model", help="--model of the llm and rl policies' loops (a local path for rl)")
 @click.option("--prompt", type=click.Choice(["full", "compact"]), help="--prompt of the llm and rl policies' loops")
@@ -348,7 +350,7 @@ def bench_early_stop(curves, interval, min_fraction, beta, alpha, noise, methods
 @click.option("--json", "as_json", is_flag=True, help="the whole result as JSON on stdout")
 @click.option("--results", type=click.Path(dir_okay=False, path_type=Path), help="write the result as JSON here")
 @click.option("-o", "output", type=click.Path(dir_okay=False, path_type=Path), help="plot (PNG) here")
-def bench_research_cmd(target, policies, experiments, seeds, parallel, model, prompt, workdir, settings, as_json,
+def bench_research_cmd(target, policies, experiments, seeds, first_seed, parallel, model, prompt, workdir, settings, as_json,
                        results, output):
     """Full loops per policy and seed on the research gym: best so far against experiments and
     compute, experiments to reach random search's final best, area under the curve."""
@@ -359,7 +361,8 @@ def bench_research_cmd(target, policies, experiments, seeds, parallel, model, pr
     parse_settings(settings)  # a typo or a wrong type fails here, not in every loop
     with Steps(console, "loops (policy x seed)", len(names) * seeds) as steps:
         result = research_bench.bench_research(names, experiments, seeds, parallel, target, workdir,
-                                               progress=steps.advance, model_args=extra, settings=settings)
+                                               progress=steps.advance, model_args=extra, settings=settings,
+                                               first_seed=first_seed)
     if results:
         research_bench.write_json(result, results)
     if output:

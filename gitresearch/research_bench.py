@@ -209,11 +209,14 @@ def summarise(runs: dict[str, list[dict]], compute_points: int = 50) -> dict:
 
 def bench_research(policies: list[str], experiments: int, seeds: int, parallel: int = 2,
                    target: str = "gym", workdir: Path | None = None, progress=None,
-                   model_args: list[str] = (), settings: tuple[str, ...] = ()) -> dict:
-    """Every (policy, seed) loop, then the summary; the raw trajectories are kept in "runs"."""
+                   model_args: list[str] = (), settings: tuple[str, ...] = (), first_seed: int = 0) -> dict:
+    """Every (policy, seed) loop, seeds first_seed .. first_seed + seeds - 1 (more seeds of an
+    earlier run without repeating its loops), then the summary; the raw trajectories are kept
+    in "runs"."""
     # the model policies' loops first: they are the long ones (an rl loop took 6x random's
     # wall time), and one started last would run alone while the other slots sit idle
-    jobs = sorted(((p, s) for s in range(seeds) for p in policies), key=lambda job: job[0] not in MODEL_POLICIES)
+    jobs = sorted(((p, s) for s in range(first_seed, first_seed + seeds) for p in policies),
+                  key=lambda job: job[0] not in MODEL_POLICIES)
     with tempfile.TemporaryDirectory(prefix="gitresearch-bench-") as tmp:
         root = Path(workdir or tmp)
         root.mkdir(parents=True, exist_ok=True)
@@ -237,7 +240,8 @@ def bench_research(policies: list[str], experiments: int, seeds: int, parallel: 
     runs: dict[str, list[dict]] = {p: [] for p in policies}
     for (policy, seed), result in done:
         runs[policy].append({"seed": seed, **result})
-    return {"target": target, "experiments": experiments, "seeds": seeds, "settings": list(settings),
+    return {"target": target, "experiments": experiments, "seeds": seeds, "first_seed": first_seed,
+            "settings": list(settings),
             **summarise(runs), "runs": runs}
 
 

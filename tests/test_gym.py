@@ -188,6 +188,18 @@ def test_bench_research_end_to_end(tmp_path):
             assert got["windows"][0]["mean_reward"] == pytest.approx(statistics.fmean(r["rewards"][1:]))
 
 
+def test_first_seed_adds_seeds_without_repeating_an_earlier_runs_loops(tmp_path):
+    loops = tmp_path / "loops"
+    result = research_bench.bench_research(["random"], experiments=2, seeds=2, parallel=2, workdir=loops,
+                                           first_seed=3)
+    assert sorted(p.name for p in loops.iterdir()) == ["random-seed3", "random-seed4"]
+    assert sorted(r["seed"] for r in result["runs"]["random"]) == [3, 4] and result["first_seed"] == 3
+    # each loop ran with its own seed: the random policy's proposals differ between them
+    diffs = {repo.name: [e.record.get("diff_sha") for e in Store(repo).experiments() if e.record.get("diff_sha")]
+             for repo in loops.iterdir()}
+    assert diffs["random-seed3"] != diffs["random-seed4"] and all(len(d) == 2 for d in diffs.values())
+
+
 def test_the_policies_search_every_constant_the_surrogate_reads():
     """The gym's train.py reads its constants through globals(); a constant it also used only
     in a print would look like bookkeeping to the policies and never be searched."""
