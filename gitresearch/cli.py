@@ -357,6 +357,8 @@ def bench_research_cmd(target, policies, experiments, seeds, first_seed, paralle
     from . import research_bench
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
+    if model and Path(model).exists():  # a local model: each loop runs in its own repo, not here
+        model = str(Path(model).resolve())
     extra = [*(["--model", model] if model else []), *(["--prompt", prompt] if prompt else [])]
     parse_settings(settings)  # a typo or a wrong type fails here, not in every loop
     with Steps(console, "loops (policy x seed)", len(names) * seeds) as steps:

@@ -219,3 +219,25 @@ def test_parallel_loops_share_the_cores_unless_the_caller_set_the_threads(monkey
     assert research_bench.loop_env(3)["MKL_NUM_THREADS"] == "2"
     monkeypatch.setenv("OMP_NUM_THREADS", "5")
     assert research_bench.loop_env(3)["OMP_NUM_THREADS"] == "5"
+
+
+def test_bench_research_passes_a_local_model_as_an_absolute_path(tmp_path, monkeypatch):
+    """Each loop runs in its own repo, so a --model relative to where the bench started would
+    name nothing there (the loop then asks the hub for it)."""
+    from click.testing import CliRunner
+    from gitresearch.cli import main
+
+    seen = {}
+
+    def fake_bench(names, experiments, seeds, parallel, target, workdir, progress, model_args, settings, first_seed):
+        seen["model_args"] = model_args
+        return {"policies": {}, "runs": {}}
+
+    monkeypatch.setattr(research_bench, "bench_research", fake_bench)
+    monkeypatch.setattr("gitresearch.report.print_research", lambda result, console: None)
+    (tmp_path / "lm").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for model, passed in (("lm", str(tmp_path / "lm")), ("org/hub-model", "org/hub-model")):
+        result = CliRunner().invoke(main, ["bench", "research", "--policies", "rl", "--model", model, "--seeds", "1"])
+        assert result.exit_code == 0, result.output
+        assert seen["model_args"] == ["--model", passed]
