@@ -2,25 +2,61 @@
 """The figures of `gitresearch bench research --workdir DIR` loops read from their notes, also
 while they run or after they were cut off: per loop, the experiments so far, best so far
 (final and at 25, 50, ... experiments), the status counts, the per-window figures of
-research_bench.windows and the crashes per window of 50; for rl loops, every PPO update's KL, mean k3 penalty, raw advantage
-std, entropy, clip fraction and share of decision tokens ([rl] token_share; with [rl] kl_target also the sampled KL and kl_coef), the
-reasons of the invalid experiments, the errors of every failed try (valid experiments'
-earlier tries included) and, per window of 50, the share of experiments whose first try was
-valid and the number whose diff applied only after the stale-line repair ([policy]
-repair_stale_lines).
+research_bench.windows, the crashes per window of 50 and the move sizes per window of 50 (over
+the positive numeric constants each valid experiment changed, read with the policies' own
+constant finder at the commit and its parent: the median |ln(new / old)| and the share of
+moves beyond the random policy's factor 3); for rl loops, every PPO update's KL, mean k3
+penalty, raw advantage std, entropy, clip fraction and share of decision tokens ([rl]
+token_share; with [rl] kl_target also the sampled KL and kl_coef), the reasons of the invalid
+experiments, the errors of every failed try (valid experiments' earlier tries included) and,
+per window of 50, the share of experiments whose first try was valid and the number whose
+diff applied only after the stale-line repair ([policy] repair_stale_lines).
 
     python benchmarks/research_snapshot.py DIR OUT.json
 """
-import json, re, sys, time
+import json, math, re, statistics, sys, time
 from collections import Counter
 from pathlib import Path
 from gitresearch.gitstore import Store
+from gitresearch.policies.constants import find_sites
 from gitresearch.research_bench import trajectory, windows
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
+
+
+def values(store: Store, commit: str) -> dict:
+    """The gym train.py's constant values at a commit (exponent sites left out); none when
+    the edit broke its syntax."""
+    try:
+        return {s.name: s.value for s in find_sites(store.read_file(commit, "train.py")) if s.kind == "value"}
+    except SyntaxError:
+        return {}
+
+
+def moves(store: Store, exp) -> list[float]:
+    """|ln(new / old)| of each positive numeric constant the experiment's commit changed."""
+    parent = store.parent_of(exp.commit)
+    if not parent or (exp.record or {}).get("status") in ("invalid", None):
+        return []
+    before, after = values(store, parent), values(store, exp.commit)
+    return [abs(math.log(after[n] / v)) for n, v in before.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+            and isinstance(after.get(n), (int, float)) and after[n] > 0 and after[n] != v]
+
+
+def move_windows(store: Store, exps: list) -> list[dict]:
+    out = []
+    for i in range(0, len(exps), 50):
+        ms = [m for e in exps[i:i + 50] for m in moves(store, e)]
+        out.append({"median_abs_log": round(statistics.median(ms), 3) if ms else None,
+                    "beyond_factor_3": round(sum(m > math.log(3) + 1e-9 for m in ms) / len(ms), 3) if ms else None})
+    return out
+
+
 loops = {}
 for repo in sorted(root.iterdir()):
-    recs = [e.record or {} for e in reversed(Store(repo).experiments())]
-    recs = [r for r in recs if r.get("status")]  # an experiment still running has no status
+    store = Store(repo)
+    exps = [e for e in reversed(store.experiments()) if (e.record or {}).get("status")]  # running: none yet
+    recs = [e.record for e in exps]
     if not recs:  # a loop just started: not even its baseline has a result yet
         continue
     t = trajectory(recs)
@@ -30,6 +66,7 @@ for repo in sorted(root.iterdir()):
              "windows": windows(t)}
     statuses = [r["status"] for r in recs[1:]]
     entry["crashes"] = [statuses[i:i + 50].count("crash") for i in range(0, len(statuses), 50)]
+    entry["moves"] = move_windows(store, exps[1:])
     if repo.name.startswith("rl-"):
         log = repo / ".git/gitresearch/rl/updates.jsonl"  # absent until the first update
         ups = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []

@@ -186,6 +186,10 @@ def test_bench_research_end_to_end(tmp_path):
             got = snap[f"{policy}-seed{r['seed']}"]
             assert got["experiments"] == 8 and got["best_final"] == r["best"][-1]
             assert got["windows"][0]["mean_reward"] == pytest.approx(statistics.fmean(r["rewards"][1:]))
+    # the move sizes, read off the commits: random search multiplies by factors in [1/3, 3]
+    # (an int rounded to its alignment or divisor may land just beyond)
+    moves = snap["random-seed0"]["moves"][0]
+    assert 0 < moves["median_abs_log"] <= math.log(3) and moves["beyond_factor_3"] <= 0.25
 
 
 def test_first_seed_adds_seeds_without_repeating_an_earlier_runs_loops(tmp_path):
