@@ -33,7 +33,8 @@ from pathlib import Path
 from scipy import stats
 
 from gitresearch.gitstore import Store
-from gitresearch.research_bench import loop_env
+from gitresearch.research_bench import loop_args, loop_env
+from gitresearch.reward import FAILED
 
 ARMS = ("trained", "reference", "random")
 FROZEN = "rl.update_every=1000000"  # no PPO update within the evaluation
@@ -51,8 +52,8 @@ def run_arm(arm: str, loop: Path, model: str, experiments: int, workdir: Path, p
     if arm == "reference":
         shutil.rmtree(repo / ".git/gitresearch/rl")
     start = len(records(repo))
-    policy = ["--policy", "random"] if arm == "random" else ["--policy", "rl", "--model", model, "--prompt", "compact",
-                                                             "--set", FROZEN]
+    policy = loop_args("random") if arm == "random" else [*loop_args("rl", ["--model", model, "--prompt", "compact"]),
+                                                          "--set", FROZEN]
     seed = int(loop.name.rsplit("seed", 1)[-1]) + 1000  # not the loop's own sampling stream
     command = [sys.executable, "-m", "gitresearch", "loop", *policy, "--seed", str(seed),
                "--max-experiments", str(start - 1 + experiments)]  # the baseline is not counted
@@ -66,12 +67,12 @@ def run_arm(arm: str, loop: Path, model: str, experiments: int, workdir: Path, p
 def figures(recs: list[dict]) -> dict:
     rewards = [r["reward"]["total"] for r in recs if isinstance((r.get("reward") or {}).get("total"), (int, float))]
     improvements = [r["reward"]["improvement"] for r in recs
-                    if r.get("status") in ("keep", "discard", "early_stop") and r.get("reward")]
+                    if r.get("status") not in FAILED and r.get("reward")]
     statuses = Counter(r["status"] for r in recs)
     return {"experiments": len(recs), "statuses": dict(statuses),
             "mean_reward": round(statistics.fmean(rewards), 3) if rewards else None,
             "mean_improvement_valid": round(statistics.fmean(improvements), 3) if improvements else None,
-            "failed": statuses["crash"] + statuses["invalid"] + statuses["timeout"],
+            "failed": sum(statuses[status] for status in FAILED),
             "distinct_diffs": len({r["diff_sha"] for r in recs if r.get("diff_sha")}),
             "rewards": rewards, "improvements": improvements}
 

@@ -23,30 +23,32 @@ from gitresearch.research_bench import trajectory, windows
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
 
 
-def values(store: Store, commit: str) -> dict:
+def values(store: Store, commit: str, seen: dict) -> dict:
     """The gym train.py's constant values at a commit (exponent sites left out); none when
-    the edit broke its syntax."""
-    try:
-        return {s.name: s.value for s in find_sites(store.read_file(commit, "train.py")) if s.kind == "value"}
-    except SyntaxError:
-        return {}
+    the edit broke its syntax. `seen` keeps them per commit: most experiments share a parent."""
+    if commit not in seen:
+        try:
+            seen[commit] = {s.name: s.value for s in find_sites(store.read_file(commit, "train.py")) if s.kind == "value"}
+        except SyntaxError:
+            seen[commit] = {}
+    return seen[commit]
 
 
-def moves(store: Store, exp) -> list[float]:
+def moves(store: Store, exp, seen: dict) -> list[float]:
     """|ln(new / old)| of each positive numeric constant the experiment's commit changed."""
     parent = store.parent_of(exp.commit)
     if not parent or (exp.record or {}).get("status") in ("invalid", None):
         return []
-    before, after = values(store, parent), values(store, exp.commit)
+    before, after = values(store, parent, seen), values(store, exp.commit, seen)
     return [abs(math.log(after[n] / v)) for n, v in before.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
             and isinstance(after.get(n), (int, float)) and after[n] > 0 and after[n] != v]
 
 
 def move_windows(store: Store, exps: list) -> list[dict]:
-    out = []
+    out, seen = [], {}
     for i in range(0, len(exps), 50):
-        ms = [m for e in exps[i:i + 50] for m in moves(store, e)]
+        ms = [m for e in exps[i:i + 50] for m in moves(store, e, seen)]
         out.append({"median_abs_log": round(statistics.median(ms), 3) if ms else None,
                     "beyond_factor_3": round(sum(m > math.log(3) + 1e-9 for m in ms) / len(ms), 3) if ms else None})
     return out
