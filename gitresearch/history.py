@@ -101,22 +101,37 @@ def diagnostics(experiments: list[Experiment], baseline: dict | None = None,
 
 
 CHANGED_CONSTANT = re.compile(r"^[-+]\s*([A-Z][A-Z0-9_]*)\s*(?::[^=]*)?=(?!=)")
-CRASHES_TO_AVOID = 2  # a constant whose changes crashed this often is left alone
+CRASHES_TO_AVOID = 2  # a constant to blame for this many crashes since it last ran is left alone
+MEASURED = ("keep", "discard", "early_stop")  # statuses of a run that trained and was measured
 
 
 def crashed_constants(store: Store, experiments: list[Experiment]) -> dict[str, list[int]]:
-    """Module constants (UPPER_CASE assignments a diff changes) whose changes crashed or timed
-    out CRASHES_TO_AVOID times or more: name -> those experiments, oldest first. Read from
-    the diffs, so it holds for any policy's edits."""
-    crashed = collections.defaultdict(list)
+    """Module constants (UPPER_CASE assignments a diff changes) to blame for CRASHES_TO_AVOID
+    crashes or timeouts since a run that changed them was last measured: name -> those
+    experiments, oldest first. Read from the diffs, so it holds for any policy's edits.
+
+    A crash blames each of the k constants its diff changed 1/k: a policy that changes three
+    constants at a time and crashes twice has not shown that any one of them crashes. Blaming
+    all of them in full, over the whole history, left random search 0 to 3 of the gym's 14
+    constants after an rl loop's crashes, and the compact prompt showed the LM 1 of 14 by its
+    300th experiment (docs/gym.md). A measured run that changed a constant clears its blame:
+    its crashes came from the values tried then, not from touching it at all."""
+    blame: dict[str, float] = collections.defaultdict(float)
+    crashes: dict[str, list[int]] = collections.defaultdict(list)
     for exp in reversed(experiments):  # oldest first
-        if (exp.record or {}).get("status") not in ("crash", "timeout"):
+        status = (exp.record or {}).get("status")
+        if status not in ("crash", "timeout") + MEASURED:
             continue
         names = {m.group(1) for line in store.diff_of(exp.commit).splitlines()
                  if not line.startswith(("---", "+++")) and (m := CHANGED_CONSTANT.match(line))}
         for name in names:
-            crashed[name].append(exp.number)
-    return {name: numbers for name, numbers in sorted(crashed.items()) if len(numbers) >= CRASHES_TO_AVOID}
+            if status in MEASURED:
+                blame.pop(name, None), crashes.pop(name, None)
+            else:
+                blame[name] += 1 / len(names)
+                crashes[name].append(exp.number)
+    # a float sum of k shares of 1/k can fall short of 1 by an ulp
+    return {name: crashes[name] for name in sorted(blame) if blame[name] >= CRASHES_TO_AVOID - 1e-9}
 
 
 def current_floor(store: Store, config: Config, records: list[dict]) -> Floor:

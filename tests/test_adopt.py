@@ -210,9 +210,7 @@ def test_a_constant_whose_changes_crashed_twice_is_avoided_and_the_prompt_says_s
     store.set_baseline(base)
     store.write_note(base, {"experiment": 0, "status": "baseline", "val_bpb": 2.0})
     for number, new in ((1, "HEAD_DIM = 30"), (2, "HEAD_DIM = 6")):
-        diff = store.make_diff("train.py", SOURCE, SOURCE.replace("HEAD_DIM = 32", new))
-        _, commit = store.create_experiment(base, store.apply_diff(base, diff)[0], new, "test", lambda *a: True)
-        store.write_note(commit, {"experiment": number, "status": "crash", "reason": "shape mismatch"})
+        add_experiment(store, base, number, "crash", {"HEAD_DIM = 32": new})
     config = load_config(repo)
     state, _ = build_state(store, config, [e for e in store.experiments() if e.number > 0])
     assert state.diagnostics["crashed_constants"] == {"HEAD_DIM": [1, 2]}
@@ -221,6 +219,60 @@ def test_a_constant_whose_changes_crashed_twice_is_avoided_and_the_prompt_says_s
     for _ in range(60):
         proposal = policy.propose(state)
         assert "HEAD_DIM" not in [c["name"] for c in proposal.data["changes"]]
+
+def add_experiment(store: Store, base: str, number: int, status: str, edits: dict[str, str]) -> None:
+    """Experiment `number` on `base`: SOURCE with each line of `edits` replaced, and its note."""
+    after = SOURCE
+    for line, new in edits.items():
+        after = after.replace(line, new)
+    diff = store.make_diff("train.py", SOURCE, after)
+    _, commit = store.create_experiment(base, store.apply_diff(base, diff)[0], str(edits), "test", lambda *a: True)
+    store.write_note(commit, {"experiment": number, "status": status, "reason": "shape mismatch"})
+
+
+def crash_blame_repo(tmp_path, runs: list[tuple[str, dict[str, str]]]) -> dict:
+    """history.crashed_constants after the experiments `runs` ((status, edits), oldest first)."""
+    from gitresearch.history import crashed_constants
+
+    repo = make_repo(tmp_path / "repo", fake="autoresearch.py")
+    cli("init", cwd=repo)
+    store = Store(repo)
+    base = store.best()
+    store.set_baseline(base)
+    store.write_note(base, {"experiment": 0, "status": "baseline", "val_bpb": 2.0})
+    for number, (status, edits) in enumerate(runs, 1):
+        add_experiment(store, base, number, status, edits)
+    return crashed_constants(store, [e for e in store.experiments() if e.number > 0])
+
+
+TWO_CHANGES = ({"HEAD_DIM = 32": "HEAD_DIM = 30", "MATRIX_LR = 0.04": "MATRIX_LR = 0.4"},
+               {"HEAD_DIM = 32": "HEAD_DIM = 6", "MATRIX_LR = 0.04": "MATRIX_LR = 0.01"})
+
+
+def test_a_crash_that_changed_two_constants_blames_each_half(tmp_path):
+    # two crashes of two-change diffs: one crash's worth of blame each, so both stay offered
+    assert crash_blame_repo(tmp_path / "a", [("crash", TWO_CHANGES[0]), ("timeout", TWO_CHANGES[1])]) == {}
+    # four such crashes: two each
+    four = [("crash", TWO_CHANGES[0]), ("crash", TWO_CHANGES[1])] * 2
+    assert crash_blame_repo(tmp_path / "b", four) == {"HEAD_DIM": [1, 2, 3, 4], "MATRIX_LR": [1, 2, 3, 4]}
+    # three-way shares add up to a whole crash
+    three = {"HEAD_DIM = 32": "HEAD_DIM = 6", "MATRIX_LR = 0.04": "MATRIX_LR = 0.01", "WIDTH = 128": "WIDTH = 96"}
+    alone = ("crash", {"WIDTH = 128": "WIDTH = 100"})
+    assert crash_blame_repo(tmp_path / "c", [("crash", three)] * 3 + [alone]) == {"WIDTH": [1, 2, 3, 4]}
+
+
+def test_a_measured_run_that_changed_a_constant_clears_its_crashes(tmp_path):
+    crashes = [("crash", {"HEAD_DIM = 32": "HEAD_DIM = 30"}), ("crash", {"HEAD_DIM = 32": "HEAD_DIM = 6"})]
+    for status in ("keep", "discard", "early_stop"):
+        ran = (status, {"HEAD_DIM = 32": "HEAD_DIM = 64"})
+        assert crash_blame_repo(tmp_path / status, crashes + [ran]) == {}, status
+    # an invalid proposal never ran: it clears nothing; a run that changed another constant neither
+    other = ("discard", {"MATRIX_LR = 0.04": "MATRIX_LR = 0.02"})
+    assert crash_blame_repo(tmp_path / "x", crashes + [("invalid", {"HEAD_DIM = 32": "HEAD_DIM = 64"}), other]) \
+        == {"HEAD_DIM": [1, 2]}
+    # crashes after the measured run count afresh
+    after = crashes + [("discard", {"HEAD_DIM = 32": "HEAD_DIM = 64"})] + crashes
+    assert crash_blame_repo(tmp_path / "y", after) == {"HEAD_DIM": [4, 5]}
 
 
 def test_a_timeout_keeps_the_steps_its_progress_lines_showed(tmp_path):

@@ -83,7 +83,7 @@ def render_diagnostics(state: State) -> str:
     if d.get("crashed_constants"):
         avoided = "; ".join(f"{name} ({', '.join(f'#{n}' for n in numbers)})"
                             for name, numbers in d["crashed_constants"].items())
-        lines.append(f"- changes to these constants crashed twice or more: avoid them: {avoided}")
+        lines.append(f"- changes to these constants crashed repeatedly since they last ran: avoid them: {avoided}")
     return "\n".join(lines)
 
 
@@ -195,7 +195,7 @@ def build_compact_prompt(state: State, count_tokens: Callable[[str], int], conte
     are dropped oldest first; the constants' view is never cut."""
     config = state.config
     cuda = bool(visible_gpus())  # the runner gives each run a GPU when this machine has one
-    avoided = set(state.diagnostics.get("crashed_constants") or {})  # crashed twice: not offered
+    avoided = set(state.diagnostics.get("crashed_constants") or {})  # crashed repeatedly: not offered
     sites = {path: [s for s in find_sites(source, config.policy.skip_constants, cuda=cuda, metric=config.metric.name)
                     if s.name.split("[")[0] not in avoided]
              for path, source in state.files.items()}

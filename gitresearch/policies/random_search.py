@@ -1,7 +1,7 @@
 """Random search: mutate one to three of an editable file's live constants (constants.py: the
 literals that can change the run on this machine) by sampled factors, keeping exponents,
-shape alignments and divisor relations, and leaving alone constants whose changes crashed
-twice (history.crashed_constants). Constants are found through the Python AST, so any
+shape alignments and divisor relations, and leaving alone constants to blame for two crashes
+since they last ran (history.crashed_constants). Constants are found through the Python AST, so any
 train.py works."""
 from __future__ import annotations
 
