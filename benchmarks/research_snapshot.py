@@ -5,7 +5,9 @@ while they run or after they were cut off: per loop, the experiments so far, bes
 research_bench.windows, the crashes per window of 50 and the move sizes per window of 50 (over
 the positive numeric constants each valid experiment changed, read with the policies' own
 constant finder at the commit and its parent: the median |ln(new / old)| and the share of
-moves beyond the random policy's factor 3); for rl loops, every PPO update's KL, mean k3
+moves beyond the random policy's factor 3), the constants the policies leave alone at the end
+of each window of 50 (history.crashed_constants of the gitresearch imported: run the script
+with an older checkout first on PYTHONPATH to count by that checkout's rule); for rl loops, every PPO update's KL, mean k3
 penalty, raw advantage std, entropy, clip fraction and share of decision tokens ([rl]
 token_share; with [rl] kl_target also the sampled KL and kl_coef), the reasons of the invalid
 experiments, the errors of every failed try (valid experiments' earlier tries included) and,
@@ -18,7 +20,8 @@ import json, math, re, statistics, sys, time
 from collections import Counter
 from pathlib import Path
 from gitresearch.gitstore import Store
-from gitresearch.policies.constants import find_sites
+from gitresearch.history import crashed_constants
+from gitresearch.policies.constants import find_sites, log_moves
 from gitresearch.research_bench import trajectory, windows
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
 
@@ -39,10 +42,7 @@ def moves(store: Store, exp, seen: dict) -> list[float]:
     parent = store.parent_of(exp.commit)
     if not parent or (exp.record or {}).get("status") in ("invalid", None):
         return []
-    before, after = values(store, parent, seen), values(store, exp.commit, seen)
-    return [abs(math.log(after[n] / v)) for n, v in before.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-            and isinstance(after.get(n), (int, float)) and after[n] > 0 and after[n] != v]
+    return log_moves(values(store, parent, seen), values(store, exp.commit, seen))
 
 
 def move_windows(store: Store, exps: list) -> list[dict]:
@@ -69,6 +69,7 @@ for repo in sorted(root.iterdir()):
     statuses = [r["status"] for r in recs[1:]]
     entry["crashes"] = [statuses[i:i + 50].count("crash") for i in range(0, len(statuses), 50)]
     entry["moves"] = move_windows(store, exps[1:])
+    entry["avoided"] = [len(crashed_constants(store, exps[i:0:-1])) for i in range(50, len(exps), 50)]
     if repo.name.startswith("rl-"):
         log = repo / ".git/gitresearch/rl/updates.jsonl"  # absent until the first update
         ups = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []

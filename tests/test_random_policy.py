@@ -1,10 +1,13 @@
 """The random policy: constants found through the AST, sensible mutations, no repeats."""
+import math
 import random
 from pathlib import Path
 
+import pytest
+
 from gitresearch.config import Config, PolicyConfig
 from gitresearch.policies import State
-from gitresearch.policies.constants import find_sites, rewrite
+from gitresearch.policies.constants import find_sites, log_moves, rewrite
 from gitresearch.policies.random_search import RandomSearch, diff_sha, mutate
 
 SOURCE = '''import os
@@ -48,6 +51,15 @@ def test_mutations_stay_sensible():
         assert mutate(1, rng) >= 1 and mutate(4, rng) != 4
         assert 0.02 / 3 - 1e-9 <= mutate(0.02, rng) <= 0.02 * 3 + 1e-9
     assert mutate(True, rng) is False and mutate(0, rng) is None
+
+
+def test_move_sizes_count_the_positive_numbers_an_edit_changed():
+    before = {"LR": 0.02, "DEPTH": 4, "FLAG": True, "BIAS": -1.0, "ZERO": 0, "NAME": "a", "SAME": 3, "GONE": 2}
+    after = {"LR": 0.06, "DEPTH": 1, "FLAG": False, "BIAS": -3.0, "ZERO": 5, "NAME": "b", "SAME": 3}
+    assert log_moves(before, after) == pytest.approx([math.log(3), math.log(4)])
+    # the random policy's mutations of a float stay within the factor 3 the figure is judged by
+    rng = random.Random(1)
+    assert max(m for _ in range(300) for m in log_moves({"LR": 0.02}, {"LR": mutate(0.02, rng)})) <= math.log(3) + 1e-9
 
 
 def test_never_proposes_the_same_diff_twice(tmp_path):

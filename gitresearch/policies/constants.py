@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import math
 import re
 from dataclasses import dataclass
 
@@ -271,3 +272,14 @@ def rewrite(source: str, changes: list[tuple[Site, object]]) -> str:
         raw = lines[site.line - 1].encode("utf-8")
         lines[site.line - 1] = (raw[:site.col] + repr(new).encode() + raw[site.end_col:]).decode("utf-8")
     return "".join(lines)
+
+
+def log_moves(before: dict, after: dict) -> list[float]:
+    """|ln(new / old)| of each positive number of `before` (name -> value) that `after` changed
+    to another positive number: how far an edit moved its constants (the random policy's moves
+    stay within ln 3)."""
+    def positive(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+    return [abs(math.log(after[k] / v)) for k, v in before.items()
+            if positive(v) and positive(after.get(k)) and after[k] != v]

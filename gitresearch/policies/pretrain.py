@@ -16,6 +16,7 @@ import json
 import math
 import random
 import re
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from .constants import find_sites
+from .constants import find_sites, log_moves
 from .imitation import WANDER_STEPS, Example, examples
 from .ppo import render_chat
 from .reply import parse_reply
@@ -173,8 +174,10 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
     moved by up to that many random steps, as the loop's keeps move best) and count those
     that parse, apply (`apply(files, diff)` -> (the new files, the stale removed lines it
     repaired), raising InvalidProposal on failure) and change at least one live constant; how
-    many valid replies needed a repair, how many of the valid diffs are distinct, and how many
-    constants a valid reply changes on average."""
+    many valid replies needed a repair, how many of the valid diffs are distinct, how many
+    constants a valid reply changes on average, and how far it moves them: the median
+    |ln(new / old)| over the positive numbers changed, and the share beyond the factor 3 that
+    bounds the random policy's (and so the imitation data's) moves."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from ..proposal import InvalidProposal
@@ -187,7 +190,7 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
     torch.manual_seed(seed)
     counts = {"valid": 0, "repaired": 0, "no_diff": 0, "does_not_apply": 0, "does_not_parse": 0,
               "no_constant_changed": 0}
-    diffs, changed = set(), 0
+    diffs, changed, moves = set(), 0, []
     for shown, prompt in cases:
         ids = tokenizer(render_chat(tokenizer, prompt), add_special_tokens=False, return_tensors="pt")["input_ids"]
         # a reply runs to the end of the model's window at most (a prompt with two failed tries
@@ -219,9 +222,12 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
         counts["valid"] += 1
         counts["repaired"] += bool(repairs)
         changed += sum(value != after.get(key) for key, value in before.items())
+        moves += log_moves(before, after)
         diffs.add(diff)
     return {"samples": samples, **counts, "valid_share": counts["valid"] / samples, "distinct_valid": len(diffs),
-            "changes_per_valid": round(changed / max(1, counts["valid"]), 3)}
+            "changes_per_valid": round(changed / max(1, counts["valid"]), 3),
+            "median_abs_log_move": round(statistics.median(moves), 3) if moves else None,
+            "beyond_factor_3": round(sum(m > math.log(3) + 1e-9 for m in moves) / len(moves), 3) if moves else None}
 
 
 def pretrain_repo(store, config, out: Path, settings: PretrainConfig = PretrainConfig(),
