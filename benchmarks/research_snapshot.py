@@ -6,8 +6,8 @@ research_bench.windows, the crashes per window of 50 and the move sizes per wind
 the positive numeric constants each valid experiment changed, read with the policies' own
 constant finder at the commit and its parent: the median |ln(new / old)| and the share of
 moves beyond the random policy's factor 3), the constants the policies leave alone at the end
-of each window of 50 (history.crashed_constants of the gitresearch imported: run the script
-with an older checkout first on PYTHONPATH to count by that checkout's rule); for rl loops, every PPO update's KL, mean k3
+of each window of 50 (history.crashed_constants; crash_blame.py counts them by an older
+checkout's rule); for rl loops, every PPO update's KL, mean k3
 penalty, raw advantage std, entropy, clip fraction and share of decision tokens ([rl]
 token_share; with [rl] kl_target also the sampled KL and kl_coef), the reasons of the invalid
 experiments, the errors of every failed try (valid experiments' earlier tries included) and,
