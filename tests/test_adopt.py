@@ -203,14 +203,8 @@ def test_a_constant_whose_changes_crashed_twice_is_avoided_and_the_prompt_says_s
     from gitresearch.policies.prompt import render_diagnostics
     from gitresearch.policies.random_search import RandomSearch
 
-    repo = make_repo(tmp_path / "repo", fake="autoresearch.py")
-    cli("init", cwd=repo)
-    store = Store(repo)
-    base = store.best()
-    store.set_baseline(base)
-    store.write_note(base, {"experiment": 0, "status": "baseline", "val_bpb": 2.0})
-    for number, new in ((1, "HEAD_DIM = 30"), (2, "HEAD_DIM = 6")):
-        add_experiment(store, base, number, "crash", {"HEAD_DIM = 32": new})
+    crashes = [("crash", {"HEAD_DIM = 32": new}) for new in ("HEAD_DIM = 30", "HEAD_DIM = 6")]
+    repo, store = repo_with_history(tmp_path, crashes)
     config = load_config(repo)
     state, _ = build_state(store, config, [e for e in store.experiments() if e.number > 0])
     assert state.diagnostics["crashed_constants"] == {"HEAD_DIM": [1, 2]}
@@ -219,6 +213,7 @@ def test_a_constant_whose_changes_crashed_twice_is_avoided_and_the_prompt_says_s
     for _ in range(60):
         proposal = policy.propose(state)
         assert "HEAD_DIM" not in [c["name"] for c in proposal.data["changes"]]
+
 
 def add_experiment(store: Store, base: str, number: int, status: str, edits: dict[str, str]) -> None:
     """Experiment `number` on `base`: SOURCE with each line of `edits` replaced, and its note."""
@@ -230,10 +225,8 @@ def add_experiment(store: Store, base: str, number: int, status: str, edits: dic
     store.write_note(commit, {"experiment": number, "status": status, "reason": "shape mismatch"})
 
 
-def crash_blame_repo(tmp_path, runs: list[tuple[str, dict[str, str]]]) -> dict:
-    """history.crashed_constants after the experiments `runs` ((status, edits), oldest first)."""
-    from gitresearch.history import crashed_constants
-
+def repo_with_history(tmp_path, runs: list[tuple[str, dict[str, str]]]) -> tuple[Path, Store]:
+    """An initialised repo with a baseline and the experiments `runs` ((status, edits), oldest first)."""
     repo = make_repo(tmp_path / "repo", fake="autoresearch.py")
     cli("init", cwd=repo)
     store = Store(repo)
@@ -242,6 +235,14 @@ def crash_blame_repo(tmp_path, runs: list[tuple[str, dict[str, str]]]) -> dict:
     store.write_note(base, {"experiment": 0, "status": "baseline", "val_bpb": 2.0})
     for number, (status, edits) in enumerate(runs, 1):
         add_experiment(store, base, number, status, edits)
+    return repo, store
+
+
+def crash_blame_repo(tmp_path, runs: list[tuple[str, dict[str, str]]]) -> dict:
+    """history.crashed_constants after the experiments `runs` ((status, edits), oldest first)."""
+    from gitresearch.history import crashed_constants
+
+    _, store = repo_with_history(tmp_path, runs)
     return crashed_constants(store, [e for e in store.experiments() if e.number > 0])
 
 
