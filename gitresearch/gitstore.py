@@ -201,9 +201,15 @@ class Store:
 
     def make_diff(self, path: str, old: str, new: str, context_lines: int = 3) -> str:
         """A git-style unified diff of one file, with `context_lines` around each change."""
-        patch = pygit2.Patch.create_from(old.encode(), new.encode(), old_as_path=path,
+        # libgit2's patch points into the two buffers without copying them: they must outlive
+        # reading its text (passed as temporaries, they were sometimes freed first, and the
+        # text came out corrupt: tests/test_gitstore.py)
+        old_bytes, new_bytes = old.encode(), new.encode()
+        patch = pygit2.Patch.create_from(old_bytes, new_bytes, old_as_path=path,
                                          new_as_path=path, context_lines=context_lines)
-        return patch.text
+        text = patch.text
+        del patch, old_bytes, new_bytes
+        return text
 
     def commit_files(self, parent: str, files: dict[str, str], message: str = "files") -> str:
         """A commit of `parent`'s tree with `files` (path -> text) written over it, on no ref
