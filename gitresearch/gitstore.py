@@ -203,7 +203,7 @@ class Store:
         """A git-style unified diff of one file, with `context_lines` around each change."""
         # libgit2's patch points into the two buffers without copying them: they must outlive
         # reading its text (passed as temporaries, they were sometimes freed first, and the
-        # text came out corrupt: tests/test_gitstore.py)
+        # text came out corrupt: tests/test_gitstore.py; pygit2 issue 754 is the same for blobs)
         old_bytes, new_bytes = old.encode(), new.encode()
         patch = pygit2.Patch.create_from(old_bytes, new_bytes, old_as_path=path,
                                          new_as_path=path, context_lines=context_lines)
