@@ -113,8 +113,8 @@ def crashed_constants(store: Store, experiments: list[Experiment]) -> dict[str, 
     A crash blames each of the k constants its diff changed 1/k: a policy that changes three
     constants at a time and crashes twice has not shown that any one of them crashes. Blaming
     all of them in full, over the whole history, left random search 0 to 3 of the gym's 14
-    constants after an rl loop's crashes, and the compact prompt showed the LM 1 of 14 by its
-    300th experiment (docs/gym.md). A measured run that changed a constant clears its blame:
+    constants after an rl loop's crashes, and the compact prompt showed the LM 0 to 5 of 14 by
+    its 300th experiment (docs/gym.md, "Crash blame"). A measured run that changed a constant clears its blame:
     its crashes came from the values tried then, not from touching it at all."""
     blame: dict[str, float] = collections.defaultdict(float)
     crashes: dict[str, list[int]] = collections.defaultdict(list)
@@ -126,7 +126,8 @@ def crashed_constants(store: Store, experiments: list[Experiment]) -> dict[str, 
                  if not line.startswith(("---", "+++")) and (m := CHANGED_CONSTANT.match(line))}
         for name in names:
             if status in MEASURED:
-                blame.pop(name, None), crashes.pop(name, None)
+                blame.pop(name, None)
+                crashes.pop(name, None)
             else:
                 blame[name] += 1 / len(names)
                 crashes[name].append(exp.number)
