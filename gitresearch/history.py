@@ -114,8 +114,8 @@ def crashed_constants(store: Store, experiments: list[Experiment]) -> dict[str, 
     constants at a time and crashes twice has not shown that any one of them crashes. Blaming
     all of them in full, over the whole history, left random search 0 to 3 of the gym's 14
     constants after an rl loop's crashes, and the compact prompt showed the LM 0 to 5 of 14 by
-    its 300th experiment (docs/gym.md, "Crash blame"). A measured run that changed a constant clears its blame:
-    its crashes came from the values tried then, not from touching it at all."""
+    its 300th experiment (docs/gym.md, "Crash blame"). A measured run that changed a constant
+    clears its blame: its crashes came from the values tried then, not from touching it."""
     blame: dict[str, float] = collections.defaultdict(float)
     crashes: dict[str, list[int]] = collections.defaultdict(list)
     for exp in reversed(experiments):  # oldest first
