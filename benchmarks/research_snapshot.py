@@ -16,12 +16,12 @@ diff applied only after the stale-line repair ([policy] repair_stale_lines).
 
     python benchmarks/research_snapshot.py DIR OUT.json
 """
-import json, math, re, statistics, sys, time
+import json, re, sys, time
 from collections import Counter
 from pathlib import Path
 from gitresearch.gitstore import Store
 from gitresearch.history import crashed_constants
-from gitresearch.policies.constants import find_sites, log_moves
+from gitresearch.policies.constants import find_sites, log_moves, move_summary
 from gitresearch.research_bench import trajectory, windows
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
 
@@ -49,8 +49,7 @@ def move_windows(store: Store, exps: list) -> list[dict]:
     out, seen = [], {}
     for i in range(0, len(exps), 50):
         ms = [m for e in exps[i:i + 50] for m in moves(store, e, seen)]
-        out.append({"median_abs_log": round(statistics.median(ms), 3) if ms else None,
-                    "beyond_factor_3": round(sum(m > math.log(3) + 1e-9 for m in ms) / len(ms), 3) if ms else None})
+        out.append(dict(zip(("median_abs_log", "beyond_factor_3"), move_summary(ms))))
     return out
 
 

@@ -137,6 +137,9 @@ class Store:
         self.root = Path(self.repo.workdir)
         self.state_dir = Path(self.repo.path) / "gitresearch"
         self.state_dir.mkdir(exist_ok=True)
+        # commit -> its diff: a commit never changes, and the loop reads every experiment's
+        # diff again before each proposal (history.crashed_constants)
+        self._diffs: dict[str, str] = {}
 
     # -- refs ------------------------------------------------------------------------------
 
@@ -287,10 +290,10 @@ class Store:
         return None
 
     def diff_of(self, commit: str) -> str:
-        c = self.repo[commit]
-        if not c.parent_ids:
-            return ""
-        return self.repo.diff(c.parents[0], c).patch or ""
+        if commit not in self._diffs:
+            c = self.repo[commit]
+            self._diffs[commit] = (self.repo.diff(c.parents[0], c).patch or "") if c.parent_ids else ""
+        return self._diffs[commit]
 
     # -- experiments -----------------------------------------------------------------------
 

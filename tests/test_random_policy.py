@@ -7,7 +7,7 @@ import pytest
 
 from gitresearch.config import Config, PolicyConfig
 from gitresearch.policies import State
-from gitresearch.policies.constants import find_sites, log_moves, rewrite
+from gitresearch.policies.constants import find_sites, log_moves, move_summary, rewrite
 from gitresearch.policies.random_search import RandomSearch, diff_sha, mutate
 
 SOURCE = '''import os
@@ -57,6 +57,9 @@ def test_move_sizes_count_the_positive_numbers_an_edit_changed():
     before = {"LR": 0.02, "DEPTH": 4, "FLAG": True, "BIAS": -1.0, "ZERO": 0, "NAME": "a", "SAME": 3, "GONE": 2}
     after = {"LR": 0.06, "DEPTH": 1, "FLAG": False, "BIAS": -3.0, "ZERO": 5, "NAME": "b", "SAME": 3}
     assert log_moves(before, after) == pytest.approx([math.log(3), math.log(4)])
+    # the median, and the share beyond the factor 3 (exactly 3 is not beyond)
+    assert move_summary(log_moves(before, after)) == (round((math.log(3) + math.log(4)) / 2, 3), 0.5)
+    assert move_summary([]) == (None, None)
     # the random policy's mutations of a float stay within the factor 3 the figure is judged by
     rng = random.Random(1)
     assert max(m for _ in range(300) for m in log_moves({"LR": 0.02}, {"LR": mutate(0.02, rng)})) <= math.log(3) + 1e-9

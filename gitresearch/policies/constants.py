@@ -24,6 +24,7 @@ import ast
 import fnmatch
 import math
 import re
+import statistics
 from dataclasses import dataclass
 
 UNKNOWN = object()  # a condition this module cannot evaluate
@@ -283,3 +284,12 @@ def log_moves(before: dict, after: dict) -> list[float]:
 
     return [abs(math.log(after[k] / v)) for k, v in before.items()
             if positive(v) and positive(after.get(k)) and after[k] != v]
+
+
+def move_summary(moves: list[float]) -> tuple[float | None, float | None]:
+    """(median |ln(new / old)|, share of moves beyond the random policy's factor 3) of
+    log_moves' figures, rounded to 3 places; (None, None) for no move."""
+    if not moves:
+        return None, None
+    beyond = sum(m > math.log(3) + 1e-9 for m in moves) / len(moves)
+    return round(statistics.median(moves), 3), round(beyond, 3)

@@ -16,7 +16,6 @@ import json
 import math
 import random
 import re
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from .constants import find_sites, log_moves
+from .constants import find_sites, log_moves, move_summary
 from .imitation import WANDER_STEPS, Example, examples
 from .ppo import render_chat
 from .reply import parse_reply
@@ -226,8 +225,7 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
         diffs.add(diff)
     return {"samples": samples, **counts, "valid_share": counts["valid"] / samples, "distinct_valid": len(diffs),
             "changes_per_valid": round(changed / max(1, counts["valid"]), 3),
-            "median_abs_log_move": round(statistics.median(moves), 3) if moves else None,
-            "beyond_factor_3": round(sum(m > math.log(3) + 1e-9 for m in moves) / len(moves), 3) if moves else None}
+            **dict(zip(("median_abs_log_move", "beyond_factor_3"), move_summary(moves)))}
 
 
 def pretrain_repo(store, config, out: Path, settings: PretrainConfig = PretrainConfig(),
