@@ -137,8 +137,9 @@ def loop(policy, backend, model, base_url, prompt, budget, max_experiments, max_
 @click.option("--copy-weight", type=click.FloatRange(0), help="loss weight of the reply's tokens copied from the prompt [1]")
 @click.option("--init", type=click.Path(exists=True, file_okay=False), help="go on training this policy LM")
 @click.option("--max-changes", type=click.IntRange(1), help="constants a reply changes, one to this many [1]")
+@click.option("--digits", is_flag=True, default=None, help="a tokenizer with one token per digit (new models)")
 @click.option("--seed", type=int, default=0, show_default=True)
-def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, seed):
+def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, digits, seed):
     """Train a small policy LM by imitation of this repo's constant edits (CPU, no download)."""
     from dataclasses import replace
 
@@ -147,7 +148,7 @@ def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, se
     root = _repo_root()
     store = Store(root)
     given = {"examples": examples, "steps": steps, "lr": lr, "copy_weight": copy_weight, "init": init,
-             "max_changes": max_changes}
+             "max_changes": max_changes, "digits": digits}
     settings = replace(PretrainConfig(), seed=seed, **{k: v for k, v in given.items() if v is not None})
     out = out or store.state_dir / "policy-lm"
     stats = pretrain_repo(store, _load(root), out, settings, log=click.echo)

@@ -236,3 +236,20 @@ def test_the_copy_weight_falls_on_the_old_values_and_the_removed_line_only(tmp_p
         old = re.match(r"Description: \S+ (.+?) -> ", e.reply).group(1)
         assert removed in weighted and weighted.replace(removed, "", 1).strip() == old
         assert added in plain and "Description:" in plain and "@@" in plain
+
+
+def test_a_digit_tokenizer_gives_every_digit_its_own_token_and_decodes_exactly(tmp_path):
+    from gitresearch.policies.pretrain import train_tokenizer
+
+    _, store = empty_repo(tmp_path)
+    source = (TARGET / "train.py").read_text()
+    pairs = examples({"train.py": source}, random.Random(5), store.make_diff, 30, ("CURVE_POINTS",), tries=(0, 1))
+    texts = [e.prompt + e.reply for e in pairs]
+    merged, split = train_tokenizer(texts, 400), train_tokenizer(texts, 400, digits=True)
+    # BPE alone merges some digit run of the imitation data into one token
+    assert any(sum(c.isdigit() for c in token) > 1 for token in merged.get_vocab())
+    assert not any(sum(c.isdigit() for c in token) > 1 for token in split.get_vocab())
+    for text in texts:
+        ids = split(text, add_special_tokens=False)["input_ids"]
+        assert split.decode(ids) == text
+        assert sum(any(c.isdigit() for c in split.convert_ids_to_tokens(i)) for i in ids) == sum(c.isdigit() for c in text)

@@ -49,6 +49,7 @@ class PretrainConfig:
     copy_weight: float = 1.0  # loss weight of the reply tokens copied from the prompt (see copied_spans)
     init: str = ""  # a policy LM directory to go on training (its tokenizer and shape), or "" for a new one
     max_changes: int = 1  # constants a reply changes: one to this many, as the random policy (which does 1-3)
+    digits: bool = False  # one token per digit in a new tokenizer (else BPE merges digit runs: "Ġ192", "002")
 
 
 # the reply's text copied from its prompt: the old values of the Description ("NAME OLD -> NEW")
@@ -63,12 +64,17 @@ def copied_spans(reply: str) -> list[tuple[int, int]]:
     return [m.span(1) for pattern in (DESCRIBED_OLD, REMOVED_LINE) for m in pattern.finditer(reply)]
 
 
-def train_tokenizer(texts: list[str], vocab_size: int):
+def train_tokenizer(texts: list[str], vocab_size: int, digits: bool = False):
+    """A byte-level BPE tokenizer trained on `texts`. With `digits`, every digit is a token of
+    its own: BPE otherwise merges digit runs as they happen to be frequent ("192" one token,
+    "0.0023" as "0", ".", "002", "3"), and a value's tokens then say little about its size."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), byte_level]) if digits else byte_level
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -121,7 +127,8 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
         model = AutoModelForCausalLM.from_pretrained(config.init)
         positions = model.config.max_position_embeddings
     else:
-        tokenizer = train_tokenizer([render_chat(None, e.messages) + e.reply for e in pairs], config.vocab_size)
+        tokenizer = train_tokenizer([render_chat(None, e.messages) + e.reply for e in pairs], config.vocab_size,
+                                    config.digits)
         positions = config.positions
         model = GPT2LMHeadModel(GPT2Config(
             vocab_size=len(tokenizer), n_positions=positions, n_embd=config.width, n_layer=config.layers,
