@@ -190,9 +190,16 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    cases = [({**files, e.path: e.before}, e.messages) for e in examples(
-        files, random.Random(10_000 + seed), make_diff, samples, skip, metric=metric, wander=wander, tries=tries)]
     window = model.config.max_position_embeddings
+    # prompts as the model was trained on them: an example whose prompt and reply do not fit
+    # its window is drawn again (the loop's own prompt drops history to fit, docs/policies.md)
+    rng, cases, drawn = random.Random(10_000 + seed), [], 0
+    while len(cases) < samples:
+        if drawn >= 20 * samples:
+            raise ValueError(f"{len(cases)} of {drawn} imitation prompts fit the model's window of {window} positions")
+        batch = examples(files, rng, make_diff, samples - len(cases), skip, metric=metric, wander=wander, tries=tries)
+        drawn += len(batch)
+        cases += [({**files, e.path: e.before}, e.messages) for e in batch if encode(tokenizer, e, window)]
     torch.manual_seed(seed)
     counts = {"valid": 0, "repaired": 0, "no_diff": 0, "does_not_apply": 0, "does_not_parse": 0,
               "no_constant_changed": 0}
