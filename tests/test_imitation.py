@@ -256,3 +256,14 @@ def test_a_digit_tokenizer_gives_every_digit_its_own_token_and_decodes_exactly(t
         ids = split(text, add_special_tokens=False)["input_ids"]
         assert split.decode(ids) == text
         assert sum(any(c.isdigit() for c in split.convert_ids_to_tokens(i)) for i in ids) == sum(c.isdigit() for c in text)
+
+
+
+def test_a_digit_tokenizer_cannot_be_asked_of_a_model_that_goes_on_training(tmp_path):
+    from gitresearch.policies.pretrain import PretrainConfig, pretrain
+
+    _, store = empty_repo(tmp_path)
+    with pytest.raises(ValueError, match="digits"):
+        pretrain({"train.py": (TARGET / "train.py").read_text()}, tmp_path / "lm", store.make_diff,
+                 PretrainConfig(init=str(tmp_path), digits=True, examples=10, steps=1), log=lambda line: None)
+    assert not (tmp_path / "lm").exists()

@@ -118,6 +118,8 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
     """Train the tokenizer and the model on imitation examples of `files`; save both to `out`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, set_seed
 
+    if config.init and config.digits:
+        raise ValueError("digits makes a new tokenizer, and init goes on training a model with its own")
     started = time.monotonic()
     set_seed(config.seed)
     pairs = examples(files, random.Random(config.seed), make_diff, config.examples, skip, metric=metric,
