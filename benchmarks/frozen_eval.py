@@ -16,10 +16,10 @@ experiments, statuses, mean reward (`reward.total` of the notes), the mean impro
 of the valid runs, the failed (crash, invalid, timeout) count and distinct diffs; and the
 trained arm against the other two (compare(): scipy's Welch t-test and Fisher's exact test).
 
-    python benchmarks/frozen_eval.py LM OUT.json LOOP [LOOP ...] [--experiments 40] [--parallel 3]
+    python benchmarks/frozen_eval.py LM OUT.json LOOP [LOOP ...] [--experiments 40] [--parallel 3] [--set S.N=V ...]
 
 LM is the policy model the loops ran with (their --model), each LOOP an `rl-seedK` repo of a
-bench workdir. Output: OUT.json with {"schema": 2, "experiments", "loops", "wall_s", "arms":
+bench workdir. Output: OUT.json with {"schema": 2, "experiments", "loops", "settings", "wall_s", "arms":
 {arm: {"loops": {loop: figures, "stopped": the loop's last line}, "pooled": figures with every reward and
 valid improvement}}, "trained_vs_reference", "trained_vs_random"} (compare(): reward and
 valid-improvement differences with Welch t-tests, Fisher's exact test on the failed shares,
@@ -44,9 +44,11 @@ def records(repo: Path) -> list[dict]:
     return [e.record or {} for e in reversed(Store(repo).experiments()) if (e.record or {}).get("status")]
 
 
-def run_arm(arm: str, loop: Path, model: str, experiments: int, workdir: Path, parallel: int) -> tuple[list[dict], str]:
-    """The notes of the `experiments` this arm added to a copy of `loop`, and the loop's last
-    output line (why it stopped, when it added fewer)."""
+def run_arm(arm: str, loop: Path, model: str, experiments: int, workdir: Path, parallel: int,
+            settings: list[str] = ()) -> tuple[list[dict], str]:
+    """The notes of the `experiments` this arm added to a copy of `loop` (`settings`: --set
+    items for every arm, as the loop ran with), and the loop's last output line (why it
+    stopped, when it added fewer)."""
     repo = workdir / f"{loop.name}-{arm}"
     shutil.copytree(loop, repo, symlinks=True)
     if arm == "reference":
@@ -56,7 +58,8 @@ def run_arm(arm: str, loop: Path, model: str, experiments: int, workdir: Path, p
                                                           "--set", FROZEN]
     seed = int(loop.name.rsplit("seed", 1)[-1]) + 1000  # not the loop's own sampling stream
     command = [sys.executable, "-m", "gitresearch", "loop", *policy, "--seed", str(seed),
-               "--max-experiments", str(start - 1 + experiments)]  # the baseline is not counted
+               "--max-experiments", str(start - 1 + experiments),  # the baseline is not counted
+               *(a for item in settings for a in ("--set", item))]
     proc = subprocess.run(command, cwd=repo, capture_output=True, text=True, env=loop_env(parallel))
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(command)} in {repo} exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
@@ -126,6 +129,8 @@ def main() -> None:
     parser.add_argument("--experiments", type=int, default=40)
     parser.add_argument("--parallel", type=int, default=3)
     parser.add_argument("--arms", default=",".join(ARMS))
+    parser.add_argument("--set", action="append", default=[], dest="settings",
+                        help="SECTION.NAME=VALUE for every arm's loop (the bench's own --set items that change proposals)")
     args = parser.parse_args()
     arms, loops = args.arms.split(","), [Path(p).resolve() for p in args.loops]
     model = str(Path(args.model).resolve())
@@ -133,9 +138,9 @@ def main() -> None:
     jobs = [(arm, loop) for loop in loops for arm in arms]
     started = time.monotonic()
     with ThreadPoolExecutor(args.parallel) as pool:
-        done = list(pool.map(lambda job: run_arm(*job, model, args.experiments, workdir, args.parallel), jobs))
+        done = list(pool.map(lambda job: run_arm(*job, model, args.experiments, workdir, args.parallel, args.settings), jobs))
     per_loop = {arm: {loop.name: got for (a, loop), got in zip(jobs, done) if a == arm} for arm in arms}
-    result = {"schema": 2, "experiments": args.experiments, "loops": [str(p) for p in loops],
+    result = {"schema": 2, "experiments": args.experiments, "loops": [str(p) for p in loops], "settings": args.settings,
               "wall_s": round(time.monotonic() - started), **summarise(per_loop)}
     shutil.rmtree(workdir)
     Path(args.out).write_text(json.dumps(result, indent=1))

@@ -5,7 +5,8 @@ while they run or after they were cut off: per loop, the experiments so far, bes
 research_bench.windows, the crashes per window of 50 and the move sizes per window of 50 (over
 the positive numeric constants each valid experiment changed, read with the policies' own
 constant finder at the commit and its parent: the median |ln(new / old)| and the share of
-moves beyond the random policy's factor 3), the constants the policies leave alone at the end
+moves beyond the random policy's factor 3), the failed tries per window of 50 that [policy]
+max_move_factor refused (capped_tries), the constants the policies leave alone at the end
 of each window of 50 (history.crashed_constants; crash_blame.py counts them by an older
 checkout's rule); for rl loops, every PPO update's KL, mean k3
 penalty, raw advantage std, entropy, clip fraction and share of decision tokens ([rl]
@@ -68,6 +69,8 @@ for repo in sorted(root.iterdir()):
     statuses = [r["status"] for r in recs[1:]]
     entry["crashes"] = [statuses[i:i + 50].count("crash") for i in range(0, len(statuses), 50)]
     entry["moves"] = move_windows(store, exps[1:])
+    capped = [sum("max_move_factor" in a["error"] for a in r.get("attempts") or []) for r in recs[1:]]
+    entry["capped_tries"] = [sum(capped[i:i + 50]) for i in range(0, len(capped), 50)]  # refused by the cap
     entry["avoided"] = [len(crashed_constants(store, exps[i:0:-1])) for i in range(50, len(exps), 50)]
     if repo.name.startswith("rl-"):
         log = repo / ".git/gitresearch/rl/updates.jsonl"  # absent until the first update

@@ -6,6 +6,7 @@ the files listed in [files] editable may change, and only into parseable Python 
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass, field
 
 from . import gitstore
@@ -13,6 +14,8 @@ from .config import Config
 from .errors import GitresearchError
 from .gitstore import Store
 from .diffs import diff_sha, repair_stale_lines
+from .policies.constants import find_sites
+from .workers import visible_gpus
 from .policies.base import Attempt, BackendError, InvalidReply, Proposal, State
 
 REGULAR_FILE_MODES = (0o100644, 0o100755)
@@ -67,6 +70,34 @@ def read_or_none(store: Store, commit: str, path: str) -> str | None:
         return None
 
 
+def positive_values(source: str, config: Config) -> dict:
+    """name -> value of the file's positive numeric constants: the search space's value
+    sites (constants.find_sites, as the runs on this machine see them), exponents left out;
+    none for a file that does not parse."""
+    try:
+        sites = find_sites(source, config.policy.skip_constants, cuda=bool(visible_gpus()), metric=config.metric.name)
+    except SyntaxError:
+        return {}
+    return {s.name: s.value for s in sites if s.kind == "value" and not isinstance(s.value, bool) and s.value > 0}
+
+
+def check_moves(config: Config, path: str, before: str, after: str) -> None:
+    """[policy] max_move_factor: InvalidProposal when the edit of `path` moves a positive
+    constant to a positive value more than that factor away (up or down). A model that jumps
+    LR by x10 spends a whole run to learn what the fed-back error says at once."""
+    factor = config.policy.max_move_factor
+    if not factor or not path.endswith(".py"):
+        return
+    old, new = positive_values(before, config), positive_values(after, config)
+    for name, value in old.items():
+        moved = new.get(name)
+        if moved is not None and abs(math.log(moved / value)) > math.log(factor) + 1e-9:
+            step = f"x{moved / value:.3g}" if moved > value else f"/{value / moved:.3g}"
+            raise InvalidProposal(f"the diff moves {name} from {value!r} to {moved!r} ({step}); "
+                                  f"one experiment may move a constant at most x{factor:g} or /{factor:g} "
+                                  f"([policy] max_move_factor): take a smaller step")
+
+
 def validate(store: Store, config: Config, base: str, diff: str) -> tuple[str, str, list[str]]:
     """(tree of `base` with `diff` applied, the diff applied, its repairs), or InvalidProposal
     with the exact reason."""
@@ -98,6 +129,9 @@ def validate(store: Store, config: Config, base: str, diff: str) -> tuple[str, s
             except SyntaxError as err:
                 raise InvalidProposal(f"{path} does not parse after the diff: line {err.lineno}: "
                                       f"{err.msg}") from err
+            before = read_or_none(store, base, path)
+            if before is not None:
+                check_moves(config, path, before, text)
     return tree, diff, repairs
 
 
