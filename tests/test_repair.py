@@ -33,6 +33,8 @@ def test_a_stale_value_is_replaced_by_the_files_own_line():
     (SOURCE + "DEPTH = 8\n", ("-DEPTH = 4", "+DEPTH = 5")),  # two assignments: ambiguous
     (SOURCE, ("-DEPTH = 6  # layers", "-DEPTH = 4", "+DEPTH = 5")),  # its line is removed already
     (SOURCE, ("-DEPTH == 4", "+DEPTH = 5")),  # a comparison, not an assignment
+    (SOURCE, ("-DEPTH = 4",)),  # no line sets DEPTH again: the repair would delete the constant
+    (SOURCE, ("-DEPTH = 4", "+LR = 0.2")),  # another name is set, not DEPTH
 ])
 def test_nothing_is_repaired_unless_one_line_is_plainly_meant(source, lines):
     assert repair_stale_lines(hunk(*lines), lambda path: source) is None
