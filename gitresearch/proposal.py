@@ -129,7 +129,7 @@ def validate(store: Store, config: Config, base: str, diff: str) -> tuple[str, s
             except SyntaxError as err:
                 raise InvalidProposal(f"{path} does not parse after the diff: line {err.lineno}: "
                                       f"{err.msg}") from err
-            before = read_or_none(store, base, path)
+            before = read_or_none(store, base, path) if config.policy.max_move_factor else None
             if before is not None:
                 check_moves(config, path, before, text)
     return tree, diff, repairs
