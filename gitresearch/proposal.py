@@ -14,7 +14,7 @@ from .config import Config
 from .errors import GitresearchError
 from .gitstore import Store
 from .diffs import diff_sha, repair_stale_lines
-from .policies.constants import find_sites
+from .policies.constants import find_sites, signed_log_moves
 from .workers import visible_gpus
 from .policies.base import Attempt, BackendError, InvalidReply, Proposal, State
 
@@ -70,15 +70,14 @@ def read_or_none(store: Store, commit: str, path: str) -> str | None:
         return None
 
 
-def positive_values(source: str, config: Config) -> dict:
-    """name -> value of the file's positive numeric constants: the search space's value
-    sites (constants.find_sites, as the runs on this machine see them), exponents left out;
-    none for a file that does not parse."""
+def constant_values(source: str, config: Config) -> dict:
+    """name -> value of the file's search space (constants.find_sites, as the runs on this
+    machine see them), exponents left out; none for a file that does not parse."""
     try:
         sites = find_sites(source, config.policy.skip_constants, cuda=bool(visible_gpus()), metric=config.metric.name)
     except SyntaxError:
         return {}
-    return {s.name: s.value for s in sites if s.kind == "value" and not isinstance(s.value, bool) and s.value > 0}
+    return {s.name: s.value for s in sites if s.kind == "value"}
 
 
 def check_moves(config: Config, path: str, before: str, after: str) -> None:
@@ -88,11 +87,11 @@ def check_moves(config: Config, path: str, before: str, after: str) -> None:
     factor = config.policy.max_move_factor
     if not factor or not path.endswith(".py"):
         return
-    old, new = positive_values(before, config), positive_values(after, config)
-    for name, value in old.items():
-        moved = new.get(name)
-        if moved is not None and abs(math.log(moved / value)) > math.log(factor) + 1e-9:
-            step = f"x{moved / value:.3g}" if moved > value else f"/{value / moved:.3g}"
+    old, new = constant_values(before, config), constant_values(after, config)
+    for name, move in signed_log_moves(old, new).items():
+        if abs(move) > math.log(factor) + 1e-9:
+            value, moved = old[name], new[name]
+            step = f"x{moved / value:.3g}" if move > 0 else f"/{value / moved:.3g}"
             raise InvalidProposal(f"the diff moves {name} from {value!r} to {moved!r} ({step}); "
                                   f"one experiment may move a constant at most x{factor:g} or /{factor:g} "
                                   f"([policy] max_move_factor): take a smaller step")

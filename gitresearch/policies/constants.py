@@ -275,15 +275,20 @@ def rewrite(source: str, changes: list[tuple[Site, object]]) -> str:
     return "".join(lines)
 
 
-def log_moves(before: dict, after: dict) -> list[float]:
-    """|ln(new / old)| of each positive number of `before` (name -> value) that `after` changed
-    to another positive number: how far an edit moved its constants (the random policy's moves
-    stay within ln 3)."""
+def signed_log_moves(before: dict, after: dict) -> dict[str, float]:
+    """name -> ln(new / old) of each positive number of `before` (name -> value) that `after`
+    changed to another positive number: how far, and which way, an edit moved its constants
+    (the random policy's moves stay within ln 3; [policy] max_move_factor bounds them)."""
     def positive(v) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
 
-    return [abs(math.log(after[k] / v)) for k, v in before.items()
-            if positive(v) and positive(after.get(k)) and after[k] != v]
+    return {k: math.log(after[k] / v) for k, v in before.items()
+            if positive(v) and positive(after.get(k)) and after[k] != v}
+
+
+def log_moves(before: dict, after: dict) -> list[float]:
+    """|ln(new / old)| of each move signed_log_moves finds."""
+    return [abs(m) for m in signed_log_moves(before, after).values()]
 
 
 def move_summary(moves: list[float]) -> tuple[float | None, float | None]:
