@@ -138,8 +138,9 @@ def loop(policy, backend, model, base_url, prompt, budget, max_experiments, max_
 @click.option("--init", type=click.Path(exists=True, file_okay=False), help="go on training this policy LM")
 @click.option("--max-changes", type=click.IntRange(1), help="constants a reply changes, one to this many [1]")
 @click.option("--digits", is_flag=True, default=None, help="a tokenizer with one token per digit (new models)")
+@click.option("--reply", type=click.Choice(["diff", "moves"]), help="the reply form to imitate ([llm] reply) [diff]")
 @click.option("--seed", type=int, default=0, show_default=True)
-def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, digits, seed):
+def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, digits, reply, seed):
     """Train a small policy LM by imitation of this repo's constant edits (CPU, no download)."""
     from dataclasses import replace
 
@@ -148,7 +149,7 @@ def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, di
     root = _repo_root()
     store = Store(root)
     given = {"examples": examples, "steps": steps, "lr": lr, "copy_weight": copy_weight, "init": init,
-             "max_changes": max_changes, "digits": digits}
+             "max_changes": max_changes, "digits": digits, "reply": reply}
     settings = replace(PretrainConfig(), seed=seed, **{k: v for k, v in given.items() if v is not None})
     out = out or store.state_dir / "policy-lm"
     stats = pretrain_repo(store, _load(root), out, settings, log=click.echo)
@@ -156,7 +157,8 @@ def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, di
     click.echo(f"saved to {out}: {stats['parameters']:,} parameters, reply loss {stats['first_loss']} -> "
                f"{stats['final_loss']} in {stats['seconds']:.0f} s; {sampled['valid']}/{sampled['samples']} sampled "
                f"replies valid ({sampled['distinct_valid']} distinct)")
-    click.echo(f"use it: gitresearch loop --policy rl --model {out}  (with [llm] prompt = \"compact\")")
+    form = "" if settings.reply == "diff" else f' and reply = "{settings.reply}"'
+    click.echo(f"use it: gitresearch loop --policy rl --model {out}  (with [llm] prompt = \"compact\"{form})")
 
 
 @main.command()

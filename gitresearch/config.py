@@ -138,6 +138,7 @@ class RewardConfig:
 
 
 PROMPTS = ("full", "compact")  # [llm] prompt: what the policy's model reads (policies/prompt.py)
+REPLIES = ("diff", "moves")  # [llm] reply: the form the compact prompt asks for (policies/moves.py)
 OPTIMIZERS = ("adamw", "adamw8bit", "paged_adamw8bit", "paged_adamw")
 KL_MODES = ("loss", "reward")  # [rl] kl_mode: where the penalty to the reference acts (policies/ppo.py)
 
@@ -195,6 +196,7 @@ class LLMConfig:
     device: str = "auto"  # local backend: auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # local backend: auto | float32 | bfloat16 | float16
     prompt: str = "full"  # full (agenda, code, history with diffs) | compact (constants, short history)
+    reply: str = "diff"  # the form the compact prompt asks for: diff | moves ("Moves: LR x2; DEPTH +1")
 
 
 @dataclass(frozen=True)
@@ -347,6 +349,8 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
                           f"\"tpe\", \"gp\", \"cmaes\" or \"qmc\"")
     if sections["llm"].prompt not in PROMPTS:
         raise ConfigError(f"{path} [llm] prompt = {sections['llm'].prompt!r}: expected one of {', '.join(PROMPTS)}")
+    if sections["llm"].reply not in REPLIES:
+        raise ConfigError(f"{path} [llm] reply = {sections['llm'].reply!r}: expected one of {', '.join(REPLIES)}")
     if sections["rl"].optimizer not in OPTIMIZERS:
         raise ConfigError(f"{path} [rl] optimizer = {sections['rl'].optimizer!r}: expected one of "
                           f"{', '.join(OPTIMIZERS)}")

@@ -14,6 +14,11 @@ value, instead of 7-line hunks of neighbouring lines that merge when constants s
 together (measured: docs/policies.md). Every reply goes through parse_reply and `git apply`
 unchanged (tests/test_imitation.py checks both on a real repo).
 
+With `reply="moves"` the reply is one `Moves:` line instead (moves.py: `Moves: MATRIX_LR
+x2.1; DEPTH +1`), stating the random policy's change as steps (moves.step_for); the example's
+file after it is what the harness writes for those steps. Its made-up failed tries name a
+constant the prompt does not show instead of copying a stale line.
+
 Some examples first show one or two failed tries fed back as the loop feeds them back on a
 retry (prompt.compact_retry: the failed reply, then "Rejected: <error>"): an empty reply, a
 reply with no diff, a diff whose removed line does not match the file (git's own error), a
@@ -32,6 +37,7 @@ from typing import Callable
 
 from .constants import Site, find_sites, relations, rewrite
 from . import InvalidReply
+from .moves import moved, step_for
 from .prompt import compact_prompt, compact_retry, fence, history_line
 from .random_search import mutate_site, random_changes
 from .reply import parse_reply
@@ -86,6 +92,36 @@ def reply_text(path: str, before: str, after: str, changes, make_diff: Callable[
     return f"Description: {described(changes)}\n{fence(diff, 'diff')}\n"
 
 
+def moves_text(changes) -> str:
+    return f"Moves: {'; '.join(step_for(site, new) for site, new in changes)}\n"
+
+
+def failed_moves(kind: str, path: str, source: str, change, sites: list[Site],
+                 rng: random.Random) -> tuple[str, str]:
+    """(reply, error) of a made-up failed try of the moves form, with parse_reply's error:
+    a step naming a constant the prompt does not show (a misspelt or lower-case name), an
+    empty reply, a reply with no Moves line, a change already tried."""
+    site, new = change
+    names = {s.name for s in sites}
+    wrong = [n for n in (site.name.lower(), site.name.split("[")[0] + "S", site.name.split("_")[-1]) if n not in names]
+    if kind == "stale" and wrong:
+        reply = moves_text([(Site(rng.choice(wrong), site.line, site.col, site.end_col, site.value, site.kind), new)])
+    elif kind == "already_tried":
+        other = rng.choice(sites)
+        value = mutate_site(other, rng)
+        if value is not None and value != other.value:
+            return moves_text([(other, value)]), (f"this exact change was already tried as experiment "
+                                                  f"#{rng.randint(1, 300)}; propose something different")
+        reply = ""
+    else:
+        reply = "" if kind == "empty" else f"Description: {described([change])}\n"
+    try:
+        parse_reply(reply, {path: source}, lambda *a: "", {path: sites})
+    except InvalidReply as err:
+        return reply, str(err)
+    raise AssertionError(f"a made-up failed reply parsed: {reply!r}")
+
+
 def failed_try(kind: str, path: str, source: str, change, sites: list[Site], rng: random.Random,
                make_diff: Callable[..., str]) -> tuple[str, str]:
     """(reply, error) of a made-up failed try before the reply that makes `change`, with the
@@ -117,9 +153,10 @@ def failed_try(kind: str, path: str, source: str, change, sites: list[Site], rng
 def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[..., str],
              n: int, skip: tuple[str, ...] = (), cuda: bool = False, metric: str = "val_bpb",
              wander: int = WANDER_STEPS, tries: tuple[int, ...] = FAILED_TRIES,
-             max_changes: int = 1) -> list[Example]:
+             max_changes: int = 1, reply: str = "diff") -> list[Example]:
     """n imitation examples over `files` (path -> source of the baseline), each after a number
-    of failed tries drawn from `tries`, each reply changing one to `max_changes` constants."""
+    of failed tries drawn from `tries`, each reply changing one to `max_changes` constants, in
+    the `reply` form (diff or moves)."""
     seen: dict[str, list[Site]] = {}
 
     def live(source: str) -> list[Site]:  # parsing dominates making examples: once per text
@@ -152,13 +189,22 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
         else:  # the stream of the one-change examples the measured LMs were trained on
             site = rng.choice(sites[path])
             changes = [(site, new)] if (new := mutate_site(site, rng)) is not None else []
-        after = rewrite(current[path], changes)
-        if not changes or after == current[path]:
+        if not changes:
             continue
-        reply = reply_text(path, current[path], after, changes, make_diff)
-        retries = [m for _ in range(rng.choice(tries))
-                   for m in compact_retry(*failed_try(rng.choice(FAILURES), path, current[path], changes[0],
-                                                      sites[path], rng, make_diff))]
-        out.append(Example(compact_prompt(current, sites, history, metric), reply, path, current[path], after,
+        if reply == "moves":
+            text = moves_text(changes)
+            try:  # the file as the harness writes it for these steps (its rounding, relations)
+                after = rewrite(current[path], moved(text.split(":", 1)[1], current, sites)[1])
+            except InvalidReply:
+                continue
+            failed = lambda kind: failed_moves(kind, path, current[path], changes[0], sites[path], rng)  # noqa: E731
+        else:
+            after = rewrite(current[path], changes)
+            text = reply_text(path, current[path], after, changes, make_diff)
+            failed = lambda kind: failed_try(kind, path, current[path], changes[0], sites[path], rng, make_diff)  # noqa: E731
+        if after == current[path]:
+            continue
+        retries = [m for _ in range(rng.choice(tries)) for m in compact_retry(*failed(rng.choice(FAILURES)), reply)]
+        out.append(Example(compact_prompt(current, sites, history, metric, reply), text, path, current[path], after,
                            tuple(retries)))
     return out

@@ -50,6 +50,7 @@ class PretrainConfig:
     init: str = ""  # a policy LM directory to go on training (its tokenizer and shape), or "" for a new one
     max_changes: int = 1  # constants a reply changes: one to this many, as the random policy (which does 1-3)
     digits: bool = False  # one token per digit in a new tokenizer (else BPE merges digit runs: "Ġ192", "002")
+    reply: str = "diff"  # the reply form to imitate: diff | moves (a Moves line; [llm] reply must match)
 
 
 # the reply's text copied from its prompt: the old values of the Description ("NAME OLD -> NEW")
@@ -123,7 +124,7 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
     started = time.monotonic()
     set_seed(config.seed)
     pairs = examples(files, random.Random(config.seed), make_diff, config.examples, skip, metric=metric,
-                     max_changes=config.max_changes)
+                     max_changes=config.max_changes, reply=config.reply)
     if config.init:  # go on training: the model's own tokenizer and window
         tokenizer = AutoTokenizer.from_pretrained(config.init)
         model = AutoModelForCausalLM.from_pretrained(config.init)
@@ -176,7 +177,7 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
 def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[str, str], str], dict[str, str]],
                 make_diff: Callable[[str, str, str], str], samples: int, temperature: float = 0.7,
                 seed: int = 0, skip: tuple[str, ...] = (), metric: str = "val_bpb",
-                tries: tuple[int, ...] = (0,), wander: int = 0) -> dict:
+                tries: tuple[int, ...] = (0,), wander: int = 0, reply: str = "diff") -> dict:
     """Sample replies to compact prompts of `files` (made-up histories, after a number of
     failed tries drawn from `tries`: (0,) is a first try; with `wander`, the files first
     moved by up to that many random steps, as the loop's keeps move best) and count those
@@ -199,7 +200,8 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
     while len(cases) < samples:
         if drawn >= 20 * samples:
             raise ValueError(f"{len(cases)} of {drawn} imitation prompts fit the model's window of {window} positions")
-        batch = examples(files, rng, make_diff, samples - len(cases), skip, metric=metric, wander=wander, tries=tries)
+        batch = examples(files, rng, make_diff, samples - len(cases), skip, metric=metric, wander=wander, tries=tries,
+                         reply=reply)
         drawn += len(batch)
         cases += [({**files, e.path: e.before}, e.messages) for e in batch if encode(tokenizer, e, window)]
     torch.manual_seed(seed)
@@ -217,7 +219,8 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=generation)
         text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
         try:
-            _, diff = parse_reply(text, shown, make_diff)
+            _, diff = parse_reply(text, shown, make_diff,
+                                  {p: find_sites(src, skip, metric=metric) for p, src in shown.items()})
             new, repairs = apply(shown, diff)
         except InvalidReply:
             counts["no_diff"] += 1
@@ -278,8 +281,9 @@ def check_repo(store, config, model_dir: Path, settings: PretrainConfig = Pretra
 
     common = (model_dir, files, apply, store.make_diff, settings.eval_samples, settings.temperature,
               settings.seed, config.policy.skip_constants, config.metric.name)
-    return {"sampled": valid_share(*common),
+    form = {"reply": settings.reply}
+    return {"sampled": valid_share(*common, **form),
             # the prompt of a retry: the loop's 2nd and 3rd tries show the failed ones with their errors
-            "sampled_after_failure": valid_share(*common, tries=(1, 2)),
+            "sampled_after_failure": valid_share(*common, tries=(1, 2), **form),
             # best after the loop's keeps have moved it: values the model cannot have memorised
-            "sampled_moved": valid_share(*common, wander=WANDER_STEPS)}
+            "sampled_moved": valid_share(*common, wander=WANDER_STEPS, **form)}

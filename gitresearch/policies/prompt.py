@@ -24,6 +24,11 @@ AGENDA_TRUNCATED = "\n[... agenda truncated to fit the context]"
 CONTEXT_LINES = 3  # around each constant in the compact view: the context a unified diff needs
 COMPACT_TASK = ("Propose the next experiment: one change to the current best. Reply with the "
                 "Description line and one ```diff block.")
+# [llm] reply = "moves" (moves.py): the harness writes the literals of the steps
+MOVES_TASK = ("Propose the next experiment: one change to the current best. Reply with one line: "
+              "Moves: NAME xF or NAME /F (a factor), NAME +K or NAME -K, NAME = V; steps separated by ;")
+RETRY_ASK = {"diff": "Reply again: Description line, then one ```diff block.",
+             "moves": "Reply again: one Moves line."}
 
 
 def fence(text: str, lang: str = "") -> str:
@@ -171,7 +176,7 @@ def history_line(number, status: str, value, delta, description: str) -> str:
 
 
 def compact_prompt(files: dict[str, str], sites: dict[str, list[Site]], history: list[str] = (),
-                   metric: str = "val_bpb") -> str:
+                   metric: str = "val_bpb", reply: str = "diff") -> str:
     """The user message of the compact prompt: each editable file's constants with their
     context, the given history lines (newest first), then the task."""
     views = [f"## {path}\n{fence(compact_view(source, sites[path]), 'python')}"
@@ -179,39 +184,47 @@ def compact_prompt(files: dict[str, str], sites: dict[str, list[Site]], history:
     past = "\n".join(history) or "(none yet)"
     return ("# The current best: its constants\n" + "\n\n".join(views)
             + f"\n\n# Past experiments ({metric}, lower is better; newest first)\n{past}"
-            + f"\n\n# Your task\n{COMPACT_TASK}")
+            + f"\n\n# Your task\n{MOVES_TASK if reply == 'moves' else COMPACT_TASK}")
 
 
-def compact_retry(reply: str, error: str) -> list[dict]:
+def compact_retry(reply: str, error: str, form: str = "diff") -> list[dict]:
     """A failed try as the compact prompt feeds it back: the reply, then its error (the
     imitation data shows the model exactly these messages)."""
     return [{"role": "assistant", "content": (reply or "(empty reply)")[:REPLY_CHARS_FED_BACK]},
-            {"role": "user", "content": f"Rejected: {error[:600]}\nReply again: Description line, then one ```diff block."}]
+            {"role": "user", "content": f"Rejected: {error[:600]}\n{RETRY_ASK[form]}"}]
+
+
+def shown_sites(state: State) -> dict[str, list[Site]]:
+    """path -> the live constants the compact prompt shows (and a Moves line may name): those
+    of this machine's runs (CUDA or not), less the skipped ones and those to blame for repeated
+    crashes."""
+    config = state.config
+    cuda = bool(visible_gpus())  # the runner gives each run a GPU when this machine has one
+    avoided = set(state.diagnostics.get("crashed_constants") or {})  # crashed repeatedly: not offered
+    return {path: [s for s in find_sites(source, config.policy.skip_constants, cuda=cuda, metric=config.metric.name)
+                   if s.name.split("[")[0] not in avoided]
+            for path, source in state.files.items()}
 
 
 def build_compact_prompt(state: State, count_tokens: Callable[[str], int], context_tokens: int,
                          reply_tokens: int) -> Prompt:
     """The compact prompt for `state`, within context_tokens - reply_tokens: history lines
     are dropped oldest first; the constants' view is never cut."""
-    config = state.config
-    cuda = bool(visible_gpus())  # the runner gives each run a GPU when this machine has one
-    avoided = set(state.diagnostics.get("crashed_constants") or {})  # crashed repeatedly: not offered
-    sites = {path: [s for s in find_sites(source, config.policy.skip_constants, cuda=cuda, metric=config.metric.name)
-                    if s.name.split("[")[0] not in avoided]
-             for path, source in state.files.items()}
+    config, form = state.config, state.config.llm.reply
+    sites = shown_sites(state)
     lines = [history_line(e.experiment, e.status, e.val_bpb, e.delta, e.description) for e in state.history]
     retries = [m for attempt in state.attempts[-2:]
-               for m in compact_retry(attempt.reply or attempt.diff, attempt.error)]
+               for m in compact_retry(attempt.reply or attempt.diff, attempt.error, form)]
     retry_costs = [count_tokens(m["content"]) for m in retries]
     shown = len(lines)
-    user = compact_prompt(state.files, sites, lines, config.metric.name)
+    user = compact_prompt(state.files, sites, lines, config.metric.name, form)
     # history goes first, oldest first; then the fed-back tries, oldest first (a small model's
     # window may not hold one: the loop asks again without it rather than stop); the
     # constants' view never
     while (needed := count_tokens(user)) > (budget := context_tokens - reply_tokens - 16 - sum(retry_costs)):
         if shown > 0:
             shown = max(0, shown - max(1, shown // 4))
-            user = compact_prompt(state.files, sites, lines[:shown], config.metric.name)
+            user = compact_prompt(state.files, sites, lines[:shown], config.metric.name, form)
         elif retries:
             retries, retry_costs = retries[2:], retry_costs[2:]
         else:

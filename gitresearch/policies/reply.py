@@ -1,6 +1,7 @@
 """A model's reply -> (description, unified diff).
 
 Accepted forms, in this order:
+0. a `Moves:` line (moves.py: `Moves: NAME x2; OTHER +1`): the harness writes the literals;
 1. unified diffs in fenced blocks (```diff, ```patch, or any fence whose body starts like a
    diff); several such blocks are joined, as models sometimes split one change;
 2. an unfenced unified diff: from the first `diff --git` or `--- ` line followed by `+++ `;
@@ -18,6 +19,8 @@ import re
 from typing import Callable
 
 from . import InvalidReply
+from .constants import Site, find_sites
+from .moves import find_moves, parse_moves
 
 FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n(?P<body>.*?)(?:^(?P=fence)[ \t]*$|\Z)",
                    re.MULTILINE | re.DOTALL)
@@ -57,10 +60,17 @@ def _looks_like_diff(info: str, body: str) -> bool:
     return lang in ("diff", "patch", "udiff") or bool(DIFF_START.match(body))
 
 
-def parse_reply(text: str, files: dict[str, str], make_diff: Callable[[str, str, str], str]) -> tuple[str, str]:
-    """(description, diff) from a reply; InvalidReply says what was missing."""
+def parse_reply(text: str, files: dict[str, str], make_diff: Callable[[str, str, str], str],
+                sites: dict[str, list[Site]] | None = None) -> tuple[str, str]:
+    """(description, diff) from a reply; InvalidReply says what was missing. `sites` (path ->
+    the constants a Moves line may name) defaults to every file's live constants."""
     if not text.strip():
         raise InvalidReply("the reply is empty", text)
+    moves = find_moves(text)
+    if moves is not None:
+        if sites is None:
+            sites = {path: find_sites(source) for path, source in files.items() if path.endswith(".py")}
+        return parse_moves(moves, files, sites, make_diff)
     blocks = [(m.group("info"), m.group("body")) for m in FENCE.finditer(text)]
     diffs = [_trim_diff(body) for info, body in blocks if _looks_like_diff(info, body) and body.strip()]
     if diffs:
@@ -74,7 +84,7 @@ def parse_reply(text: str, files: dict[str, str], make_diff: Callable[[str, str,
             return describe(text), make_diff(path, files[path], body if body.endswith("\n") else body + "\n")
     raise InvalidReply("no unified diff found in the reply: expected a ```diff block with "
                        "--- a/PATH, +++ b/PATH and @@ hunks (or the whole new file in one "
-                       "```python block)", text)
+                       "```python block, or a Moves: line)", text)
 
 
 def _replaced_file(info: str, body: str, files: dict[str, str]) -> str | None:

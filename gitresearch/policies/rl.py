@@ -20,7 +20,7 @@ import random
 from . import InvalidReply, PolicyError, Proposal, State
 from .llm import load_system_prompt
 from .ppo import PPOLearner
-from .prompt import prompt_for
+from .prompt import prompt_for, shown_sites
 from .reply import parse_reply
 
 
@@ -52,7 +52,7 @@ class RLPolicy:
                 "prompt_tokens": len(episode.prompt_ids), "response_tokens": len(episode.response_ids),
                 "history_shown": prompt.history_shown}
         try:
-            description, diff = parse_reply(text, state.files, self.store.make_diff)
+            description, diff = parse_reply(text, state.files, self.store.make_diff, shown_sites(state))
         except InvalidReply as err:
             raise InvalidReply(str(err), text, data) from None
         return Proposal(diff, description, data, reply=text)
