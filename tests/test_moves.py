@@ -1,0 +1,141 @@
+"""The moves reply form ([llm] reply = "moves"): a Moves line's steps become the literals the
+harness writes, rounded as the random policy rounds and with the divisor relations kept; a
+bad step is an invalid reply that says why; through the loop, the diff goes through the same
+validation and the note names the values written."""
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from chat_server import ChatServer, reply
+from gitresearch.config import load
+from gitresearch.gitstore import Store
+from gitresearch.policies import InvalidReply
+from gitresearch.policies.constants import find_sites
+from gitresearch.policies.imitation import examples
+from gitresearch.policies.moves import step_for
+from gitresearch.policies.reply import parse_reply
+from helpers import cli
+from test_imitation import commit_start, empty_repo
+from test_llm_policy import LLM_CONFIG, SECRET, llm_repo, notes
+
+TARGET = Path(__file__).parents[1] / "target_repo"
+SOURCE = ("LR = 0.005  # learning rate\nDEPTH = 4\nWIDTH = 128\nHEAD_DIM = 64\nBETAS = (0.8, 0.95)\n"
+          "USE_BIAS = False\nTOKENS = 2**10\n"
+          "value = LR * DEPTH * (WIDTH // HEAD_DIM) + sum(BETAS) + USE_BIAS + TOKENS\nprint('val_bpb', value)\n")
+
+
+def values(text: str, tmp_path) -> tuple[dict, str]:
+    """(name -> value after the Moves line `text` is applied to SOURCE with git, description)."""
+    repo, store = empty_repo(tmp_path)
+    commit_start(repo, SOURCE)
+    description, diff = parse_reply(text, {"train.py": SOURCE}, store.make_diff)
+    tree, _ = store.apply_diff(store.resolve("HEAD"), diff)
+    after = store.tree_file(tree, "train.py")
+    return {s.name: s.value for s in find_sites(after)}, description
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("Moves: LR x2.1", {"LR": 0.0105}),
+    ("Moves: LR /3", {"LR": 0.00167}),  # 3 significant digits, as the random policy writes
+    ("moves: LR * 2", {"LR": 0.01}),
+    ("Moves: DEPTH +2; LR x0.5", {"DEPTH": 6, "LR": 0.0025}),
+    ("Moves: DEPTH -3", {"DEPTH": 1}),
+    ("Moves: DEPTH x1.6", {"DEPTH": 6}),  # an int rounds to an int
+    ("Moves: BETAS[1] = 0.99", {"BETAS[1]": 0.99}),
+    ("Moves: USE_BIAS = True", {"USE_BIAS": True}),
+    ("Moves: TOKENS +1", {"TOKENS": 11}),  # an exponent steps
+    ("Moves: WIDTH x1.4", {"WIDTH": 192}),  # 179: a multiple of its alignment 32 and of HEAD_DIM 64
+    ("Moves: HEAD_DIM /2", {"HEAD_DIM": 32}),
+    ("Moves: HEAD_DIM x1.5", {"HEAD_DIM": 128}),  # a divisor stays a divisor of WIDTH 128
+])
+def test_steps_become_the_values_written(tmp_path, line, expected):
+    before = {s.name: s.value for s in find_sites(SOURCE)}
+    after, description = values("Some text first\n" + line, tmp_path)
+    assert {k: v for k, v in after.items() if before[k] != v} == expected
+    assert description == "; ".join(f"{k} {v!r} -> {after[k]!r}" for k, v in before.items() if after[k] != v)
+    assert all(type(after[k]) is type(before[k]) for k in after)  # an int stays an int
+
+
+@pytest.mark.parametrize("line, error", [
+    ("Moves:", "the Moves line is empty"),
+    ("Moves: LR x", "cannot read the step `LR x`"),
+    ("Moves: LR xtwo", "needs a number after its operator"),
+    ("Moves: LR x0", "needs a factor above 0"),
+    ("Moves: LR xnan", "not a finite number"),
+    ("Moves: lr x2", "names lr, which is not a constant shown; the constants: BETAS[0], BETAS[1], DEPTH, "
+                     "HEAD_DIM, LR, TOKENS, USE_BIAS, WIDTH"),
+    ("Moves: TOKENS x2", "TOKENS is an exponent: step it with +K or -K"),
+    ("Moves: USE_BIAS x2", "USE_BIAS is a bool"),
+    ("Moves: USE_BIAS = 3", "it takes True or False"),
+    ("Moves: DEPTH +0.5", "DEPTH is an int: add a whole number"),
+    ("Moves: DEPTH = 'deep'", "sets DEPTH to \"'deep'\"; it takes a number"),
+    ("Moves: DEPTH = deep", "sets a value that is not a number or bool"),
+    ("Moves: WIDTH x1.2", "leave every value where it was"),  # 154 rounds to 160, then to 128 by HEAD_DIM
+    ("Moves: LR x2; LR /2", "moved twice"),
+    ("Moves: DEPTH x1.1", "leave every value where it was"),  # 4.4 rounds to 4
+])
+def test_a_bad_step_is_an_invalid_reply_that_says_why(line, error):
+    with pytest.raises(InvalidReply, match=re.escape(error)):
+        parse_reply(line, {"train.py": SOURCE}, lambda *a: "")
+
+
+def test_steps_over_two_files_are_refused():
+    files = {"train.py": SOURCE, "other.py": "GAMMA = 0.5\nloss = GAMMA * 2\nprint('val_bpb', loss)\n"}
+    with pytest.raises(InvalidReply, match="change 2 files"):
+        parse_reply("Moves: LR x2; GAMMA x1.5", files, lambda *a: "")
+
+
+def test_only_the_constants_shown_may_be_named():
+    shown = {"train.py": [s for s in find_sites(SOURCE) if s.name != "LR"]}
+    with pytest.raises(InvalidReply, match="names LR, which is not a constant shown"):
+        parse_reply("Moves: LR x2", {"train.py": SOURCE}, lambda *a: "", shown)
+
+
+@pytest.mark.parametrize("old_new", [(0.005, 0.0105), (0.005, 0.00167), (128, 384), (4, 7), (4, 1),
+                                     (0.95, 0.979), (False, True), (0.5, -0.5)])
+def test_step_for_states_a_change_the_harness_writes_back(old_new):
+    from gitresearch.policies.constants import Site
+    from gitresearch.policies.moves import new_value, STEP
+
+    old, new = old_new
+    site = Site("X", 1, 4, 5, old)
+    step = step_for(site, new)
+    name, op, arg = STEP.match(step).group("name", "op", "arg")
+    assert name == "X" and new_value(site, op, arg, step) == pytest.approx(new, rel=2e-3)
+
+
+def test_imitation_replies_in_the_moves_form_parse_and_apply_to_what_the_example_shows(tmp_path):
+    config, source = load(TARGET), (TARGET / "train.py").read_text()
+    repo, store = empty_repo(tmp_path)
+    pairs = examples({"train.py": source}, random.Random(0), store.make_diff, n=25,
+                     skip=config.policy.skip_constants, max_changes=3, reply="moves")
+    for ex in pairs:
+        assert ex.reply.startswith("Moves: ") and ex.reply.count("\n") == 1
+        assert ex.prompt.endswith("steps separated by ;")
+        commit_start(repo, ex.before)
+        shown = {"train.py": find_sites(ex.before, config.policy.skip_constants)}
+        _, diff = parse_reply(ex.reply, {"train.py": ex.before}, store.make_diff, shown)
+        tree, _ = store.apply_diff(store.resolve("HEAD"), diff)
+        assert store.tree_file(tree, "train.py") == ex.after != ex.before
+        for asked in ex.retries[1::2]:  # the loop's own errors, and the moves form's request
+            assert asked["content"].startswith("Rejected: ") and asked["content"].endswith("Reply again: one Moves line.")
+
+
+def test_the_loop_writes_the_steps_and_feeds_a_bad_one_back(tmp_path):
+    config = LLM_CONFIG + 'prompt = "compact"\nreply = "moves"\n'
+    repo = llm_repo(tmp_path, config)
+    script = [reply("Moves: learning_rate /2"), reply("Moves: LR /2; DEPTH +2")]
+    with ChatServer(script) as server:
+        cli("loop", "--max-experiments", "1", "--no-early-stop", "--base-url", server.url,
+            cwd=repo, env={"OPENAI_API_KEY": SECRET})
+    rec = notes(repo)[1]
+    assert rec["status"] in ("keep", "discard") and rec["description"] == "LR 0.1 -> 0.05; DEPTH 4 -> 6"
+    assert rec["attempts"][0]["error"].startswith("the step `learning_rate /2` names learning_rate, which is not")
+    first = server.requests[0]["body"]["messages"]
+    assert first[-1]["content"].endswith("steps separated by ;")  # the compact prompt asks for moves
+    assert server.requests[-1]["body"]["messages"][-1]["content"].endswith("Reply again: one Moves line.")
+    commit = next(e.commit for e in Store(repo).experiments() if e.number == 1)
+    written = Store(repo).read_file(commit, "train.py")
+    assert "LR = 0.05  #" in written and "DEPTH = 6  #" in written
