@@ -275,6 +275,11 @@ def rewrite(source: str, changes: list[tuple[Site, object]]) -> str:
     return "".join(lines)
 
 
+def described(changes: list[tuple[Site, object]]) -> str:
+    """The changes as the notes' descriptions name them: `MATRIX_LR 0.005 -> 0.01; DEPTH 4 -> 5`."""
+    return "; ".join(f"{site.name} {site.value!r} -> {new!r}" for site, new in changes)
+
+
 def signed_log_moves(before: dict, after: dict) -> dict[str, float]:
     """name -> ln(new / old) of each positive number of `before` (name -> value) that `after`
     changed to another positive number: how far, and which way, an edit moved its constants

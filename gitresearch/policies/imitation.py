@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from .constants import Site, find_sites, relations, rewrite
+from .constants import Site, described, find_sites, relations, rewrite
 from . import InvalidReply
 from .moves import moved, step_for
 from .prompt import compact_prompt, compact_retry, fence, history_line
@@ -81,10 +81,6 @@ def plain_diff(git_diff: str) -> str:
     start = git_diff.find("\n--- ")
     diff = git_diff[start + 1:] if not git_diff.startswith("--- ") and start >= 0 else git_diff
     return HUNK_SECTION.sub(r"\1", diff)
-
-
-def described(changes) -> str:
-    return "; ".join(f"{s.name} {s.value!r} -> {new!r}" for s, new in changes)
 
 
 def reply_text(path: str, before: str, after: str, changes, make_diff: Callable[..., str]) -> str:

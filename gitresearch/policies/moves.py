@@ -27,7 +27,7 @@ import re
 from typing import Callable
 
 from . import InvalidReply
-from .constants import Site, relations, rewrite
+from .constants import Site, described, relations, rewrite
 from .random_search import keep_relations
 
 MOVES_LINE = re.compile(r"^\W*moves\W*:(?P<text>.*)$", re.IGNORECASE | re.MULTILINE)
@@ -121,8 +121,7 @@ def parse_moves(text: str, files: dict[str, str], sites: dict[str, list[Site]],
                 make_diff: Callable[[str, str, str], str]) -> tuple[str, str]:
     """(description, diff) of a moves reply's text: the values written, and the diff."""
     path, final = moved(text, files, sites)
-    description = "; ".join(f"{site.name} {site.value!r} -> {new!r}" for site, new in final)
-    return description, make_diff(path, files[path], rewrite(files[path], final))
+    return described(final), make_diff(path, files[path], rewrite(files[path], final))
 
 
 def step_for(site: Site, new) -> str:

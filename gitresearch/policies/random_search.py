@@ -11,7 +11,7 @@ import random
 from ..diffs import diff_sha
 from ..workers import visible_gpus
 from . import PolicyError, Proposal, State
-from .constants import find_sites, relations, rewrite
+from .constants import described, find_sites, relations, rewrite
 
 FACTOR_RANGE = (1 / 3, 3.0)  # floats are multiplied by a log-uniform factor in this range
 MAX_TRIES = 200  # attempts to find a diff never proposed before
@@ -111,8 +111,7 @@ class RandomSearch:
             sha = diff_sha(diff)
             if sha in tried:
                 continue
-            description = "; ".join(f"{s.name} {s.value!r} -> {new!r}" for s, new in changes)
-            return Proposal(diff, description, {"changes": [
+            return Proposal(diff, described(changes), {"changes": [
                 {"name": s.name, "old": s.value, "new": new} for s, new in changes]})
         raise PolicyError(f"no new mutation found in {MAX_TRIES} tries")
 
