@@ -21,9 +21,9 @@ from test_imitation import commit_start, empty_repo
 from test_llm_policy import LLM_CONFIG, SECRET, llm_repo, notes
 
 TARGET = Path(__file__).parents[1] / "target_repo"
-SOURCE = ("LR = 0.005  # learning rate\nDEPTH = 4\nWIDTH = 128\nHEAD_DIM = 64\nBETAS = (0.8, 0.95)\n"
+SOURCE = ("LR = 0.005  # learning rate\nTEMP = 1.5\nDEPTH = 4\nWIDTH = 128\nHEAD_DIM = 64\nBETAS = (0.8, 0.95)\n"
           "USE_BIAS = False\nTOKENS = 2**10\n"
-          "value = LR * DEPTH * (WIDTH // HEAD_DIM) + sum(BETAS) + USE_BIAS + TOKENS\nprint('val_bpb', value)\n")
+          "value = LR * DEPTH * (WIDTH // HEAD_DIM) + sum(BETAS) + USE_BIAS + TOKENS + TEMP\nprint('val_bpb', value)\n")
 
 
 def values(text: str, tmp_path) -> tuple[dict, str]:
@@ -37,10 +37,14 @@ def values(text: str, tmp_path) -> tuple[dict, str]:
 
 
 @pytest.mark.parametrize("line, expected", [
-    ("Moves: LR x2.1", {"LR": 0.0105}),
-    ("Moves: LR /3", {"LR": 0.00167}),  # 3 significant digits, as the random policy writes
-    ("moves: LR * 2", {"LR": 0.01}),
-    ("Moves: DEPTH +2; LR x0.5", {"DEPTH": 6, "LR": 0.0025}),
+    ("Moves: LR x2.1", {"LR": 0.0104}),  # a float in (0, 1): its odds x2.1, 3 significant digits
+    ("Moves: LR /3", {"LR": 0.00167}),
+    ("moves: LR * 2", {"LR": 0.00995}),
+    ("Moves: DEPTH +2; LR x0.5", {"DEPTH": 6, "LR": 0.00251}),
+    ("Moves: BETAS[1] x2", {"BETAS[1]": 0.974}),  # odds 19 -> 38: a beta stays below 1
+    ("Moves: BETAS[1] x100", {"BETAS[1]": 0.999}),
+    ("Moves: BETAS[0] /4", {"BETAS[0]": 0.5}),
+    ("Moves: TEMP x2", {"TEMP": 3.0}),  # above 1: the value itself
     ("Moves: DEPTH -3", {"DEPTH": 1}),
     ("Moves: DEPTH x1.6", {"DEPTH": 6}),  # an int rounds to an int
     ("Moves: BETAS[1] = 0.99", {"BETAS[1]": 0.99}),
@@ -65,7 +69,7 @@ def test_steps_become_the_values_written(tmp_path, line, expected):
     ("Moves: LR x0", "needs a factor above 0"),
     ("Moves: LR xnan", "not a finite number"),
     ("Moves: lr x2", "names lr, which is not a constant shown; the constants: BETAS[0], BETAS[1], DEPTH, "
-                     "HEAD_DIM, LR, TOKENS, USE_BIAS, WIDTH"),
+                     "HEAD_DIM, LR, TEMP, TOKENS, USE_BIAS, WIDTH"),
     ("Moves: TOKENS x2", "TOKENS is an exponent: step it with +K or -K"),
     ("Moves: USE_BIAS x2", "USE_BIAS is a bool"),
     ("Moves: USE_BIAS = 3", "it takes True or False"),
@@ -94,7 +98,7 @@ def test_only_the_constants_shown_may_be_named():
 
 
 @pytest.mark.parametrize("old_new", [(0.005, 0.0105), (0.005, 0.00167), (128, 384), (4, 7), (4, 1),
-                                     (0.95, 0.979), (False, True), (0.5, -0.5)])
+                                     (0.95, 0.979), (0.95, 0.5), (2.5, 0.4), (False, True), (0.5, -0.5)])
 def test_step_for_states_a_change_the_harness_writes_back(old_new):
     from gitresearch.policies.constants import Site
     from gitresearch.policies.moves import new_value, STEP
@@ -131,11 +135,11 @@ def test_the_loop_writes_the_steps_and_feeds_a_bad_one_back(tmp_path):
         cli("loop", "--max-experiments", "1", "--no-early-stop", "--base-url", server.url,
             cwd=repo, env={"OPENAI_API_KEY": SECRET})
     rec = notes(repo)[1]
-    assert rec["status"] in ("keep", "discard") and rec["description"] == "LR 0.1 -> 0.05; DEPTH 4 -> 6"
+    assert rec["status"] in ("keep", "discard") and rec["description"] == "LR 0.1 -> 0.0526; DEPTH 4 -> 6"
     assert rec["attempts"][0]["error"].startswith("the step `learning_rate /2` names learning_rate, which is not")
     first = server.requests[0]["body"]["messages"]
     assert first[-1]["content"].endswith("steps separated by ;")  # the compact prompt asks for moves
     assert server.requests[-1]["body"]["messages"][-1]["content"].endswith("Reply again: one Moves line.")
     commit = next(e.commit for e in Store(repo).experiments() if e.number == 1)
     written = Store(repo).read_file(commit, "train.py")
-    assert "LR = 0.05  #" in written and "DEPTH = 6  #" in written
+    assert "LR = 0.0526  #" in written and "DEPTH = 6  #" in written

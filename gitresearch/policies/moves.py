@@ -12,12 +12,18 @@ the digits of the old value. Changing a last digit is a tiny move and adding a d
 a factor says the size itself, whatever the old value (measured: docs/gym.md, "Moves stated as
 factors").
 
+A factor on a float in (0, 1) multiplies its odds v / (1 - v), as the random policy moves such
+a value: a momentum or share stays in (0, 1) whatever the factor (`MUON_MOMENTUM x2` on 0.95
+writes 0.974), and a small value moves almost by the factor itself (`MATRIX_LR x2` on 0.005
+writes 0.00995). Without this a model wrote `ADAM_BETAS[1] x1.06` on 0.95, a beta above 1,
+in 2 of its first 8 experiments.
+
 The harness rounds as the random policy does: a float to 3 significant digits, an int to an
 int (at least 1 if it was positive), a shape-like int to a multiple of its alignment. It also
 keeps the file's divisor relations (random_search.keep_relations): a WIDTH moved off a multiple
 of HEAD_DIM rounds back to one. The result is an ordinary unified diff that goes through the
 same validation as any other reply. The description names the values written
-("MATRIX_LR 0.005 -> 0.0105").
+("MATRIX_LR 0.005 -> 0.0104").
 """
 from __future__ import annotations
 
@@ -79,7 +85,11 @@ def new_value(site: Site, op: str, arg: str, step: str):
             raise InvalidReply(f"{site.name} is an exponent: step it with +K or -K", step)
         if number <= 0:
             raise InvalidReply(f"the step `{step}` needs a factor above 0", step)
-        return _rounded(site, site.value * number if op in "x*" else site.value / number)
+        factor = number if op in "x*" else 1 / number
+        if isinstance(site.value, float) and 0 < site.value < 1:  # a share, momentum or rate: its odds move
+            odds = site.value / (1 - site.value) * factor
+            return _rounded(site, odds / (1 + odds))
+        return _rounded(site, site.value * factor)
     if isinstance(site.value, int) and number != int(number):
         raise InvalidReply(f"{site.name} is an int: add a whole number, not {arg}", step)
     return _rounded(site, site.value + number if op == "+" else site.value - number)
@@ -127,11 +137,16 @@ def parse_moves(text: str, files: dict[str, str], sites: dict[str, list[Site]],
 def step_for(site: Site, new) -> str:
     """The step that states the change of `site` to `new` (the imitation data's replies):
     `= V` for a bool or a sign change, +K/-K for an exponent or a small int, else a factor
-    with 3 significant digits."""
+    with 3 significant digits (of the odds for a float in (0, 1))."""
     old = site.value
     if isinstance(old, bool) or isinstance(new, bool) or old == 0 or new == 0 or (old > 0) != (new > 0):
         return f"{site.name} = {new!r}"
     if isinstance(old, int) and (site.kind == "exponent" or abs(old) < SMALL_INT):
         return f"{site.name} {'+' if new > old else '-'}{abs(new - old)}"
-    factor = new / old
+    if isinstance(old, float) and 0 < old < 1:  # moved in odds, as new_value reads the factor
+        if not 0 < new < 1:
+            return f"{site.name} = {new!r}"
+        factor = (new / (1 - new)) / (old / (1 - old))
+    else:
+        factor = new / old
     return f"{site.name} x{factor:.3g}" if factor >= 1 else f"{site.name} /{1 / factor:.3g}"
