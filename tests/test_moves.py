@@ -68,6 +68,9 @@ def test_steps_become_the_values_written(tmp_path, line, expected):
     ("Moves: LR xtwo", "needs a number after its operator"),
     ("Moves: LR x0", "needs a factor above 0"),
     ("Moves: LR xnan", "not a finite number"),
+    ("Moves: TEMP x1.5e308", "takes TEMP beyond any finite number"),  # 2.25e308 overflows
+    ("Moves: BETAS[1] x1e308", "takes BETAS[1] beyond any finite number"),  # odds: inf / inf
+    ("Moves: DEPTH = 1e999", "takes DEPTH beyond any finite number"),
     ("Moves: lr x2", "names lr, which is not a constant shown; the constants: BETAS[0], BETAS[1], DEPTH, "
                      "HEAD_DIM, LR, TEMP, TOKENS, USE_BIAS, WIDTH"),
     ("Moves: TOKENS x2", "TOKENS is an exponent: step it with +K or -K"),

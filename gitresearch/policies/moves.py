@@ -57,7 +57,9 @@ def _number(arg: str, step: str) -> float:
     return value
 
 
-def _rounded(site: Site, value: float):
+def _rounded(site: Site, value: float, step: str):
+    if not math.isfinite(value):
+        raise InvalidReply(f"the step `{step}` takes {site.name} beyond any finite number", step)
     if isinstance(site.value, int):
         new = round(value)
         if site.align > 1:
@@ -76,7 +78,7 @@ def new_value(site: Site, op: str, arg: str, step: str):
         if isinstance(site.value, bool) != isinstance(value, bool) or not isinstance(value, (int, float)):
             kind = "True or False" if isinstance(site.value, bool) else "a number"
             raise InvalidReply(f"the step `{step}` sets {site.name} to {arg!r}; it takes {kind}", step)
-        return value if isinstance(value, bool) else _rounded(site, value)
+        return value if isinstance(value, bool) else _rounded(site, value, step)
     if isinstance(site.value, bool):
         raise InvalidReply(f"{site.name} is a bool: set it with `{site.name} = True` or `= False`", step)
     number = _number(arg, step)
@@ -88,11 +90,11 @@ def new_value(site: Site, op: str, arg: str, step: str):
         factor = number if op in "x*" else 1 / number
         if isinstance(site.value, float) and 0 < site.value < 1:  # a share, momentum or rate: its odds move
             odds = site.value / (1 - site.value) * factor
-            return _rounded(site, odds / (1 + odds))
-        return _rounded(site, site.value * factor)
+            return _rounded(site, odds / (1 + odds), step)
+        return _rounded(site, site.value * factor, step)
     if isinstance(site.value, int) and number != int(number):
         raise InvalidReply(f"{site.name} is an int: add a whole number, not {arg}", step)
-    return _rounded(site, site.value + number if op == "+" else site.value - number)
+    return _rounded(site, site.value + number if op == "+" else site.value - number, step)
 
 
 def moved(text: str, files: dict[str, str], sites: dict[str, list[Site]]) -> tuple[str, list[tuple[Site, object]]]:
