@@ -37,7 +37,7 @@ from typing import Callable
 
 from .constants import Site, described, find_sites, relations, rewrite
 from . import InvalidReply
-from .moves import moved, step_for
+from .moves import find_moves, moved, step_for
 from .prompt import compact_prompt, compact_retry, fence, history_line
 from .random_search import mutate_site, random_changes
 from .reply import parse_reply
@@ -190,7 +190,7 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
         if reply == "moves":
             text = moves_text(changes)
             try:  # the file as the harness writes it for these steps (its rounding, relations)
-                after = rewrite(current[path], moved(text.split(":", 1)[1], current, sites)[1])
+                after = rewrite(current[path], moved(find_moves(text), current, sites)[1])
             except InvalidReply:
                 continue
             failed = lambda kind: failed_moves(kind, path, current[path], changes[0], sites[path], rng)  # noqa: E731
