@@ -123,18 +123,21 @@ class PolicyConfig:
 class RewardConfig:
     improvement_weight: float = 1.0  # per noise sigma of val_bpb gained over the parent
     improvement_clip: float = 10.0  # sigmas; one lucky or broken run does not swamp the rest
+    # x each sigma lost against the parent: 1 scores a loss as a gain of the same size; below 1 a
+    # loser costs less (0: only gains count, the expected improvement of a search for the best)
+    loss_weight: float = 1.0
     time_weight: float = 0.2  # x share of the budget the run trained for
     memory_weight: float = 0.1  # x relative peak memory above the baseline's
     novelty_epsilon: float = 0.1  # x (1 - max Jaccard similarity to the window's diffs)
     # a failed experiment scores -penalty - its time share, below any valid run (whose floor is
-    # -improvement_weight x improvement_clip - 1); load() refuses penalties that break the order
+    # -improvement_weight x loss_weight x improvement_clip - 1); load() refuses penalties that break the order
     invalid_penalty: float = 12.0
     crash_penalty: float = 12.0
     timeout_penalty: float = 12.0
 
     def valid_floor(self) -> float:
         """The lowest total a valid run can score: the clipped improvement and efficiency."""
-        return -self.improvement_weight * self.improvement_clip - 1.0
+        return -self.improvement_weight * self.loss_weight * self.improvement_clip - 1.0
 
 
 PROMPTS = ("full", "compact")  # [llm] prompt: what the policy's model reads (policies/prompt.py)
@@ -362,11 +365,13 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
     if not 0 < sections["rl"].token_share <= 1:
         raise ConfigError(f"{path} [rl] token_share = {sections['rl'].token_share!r}: expected a share in (0, 1]")
     reward_config = sections["reward"]
+    if not 0 <= reward_config.loss_weight <= 1:
+        raise ConfigError(f"{path} [reward] loss_weight = {reward_config.loss_weight!r}: expected a weight in [0, 1]")
     for name in ("invalid_penalty", "crash_penalty", "timeout_penalty"):
         if -getattr(reward_config, name) >= reward_config.valid_floor():
             raise ConfigError(f"{path} [reward] {name} = {getattr(reward_config, name)!r}: a failed "
                               f"experiment must score below any valid run, whose floor is "
-                              f"{reward_config.valid_floor():g} (improvement_weight x improvement_clip + 1); "
+                              f"{reward_config.valid_floor():g} (improvement_weight x loss_weight x improvement_clip + 1); "
                               f"set it above {-reward_config.valid_floor():g}")
     if sections["early_stop"].rule not in ("race", "forecast"):
         raise ConfigError(f"{path} [early_stop] rule = {sections['early_stop'].rule!r}: expected "

@@ -1,7 +1,8 @@
 """The reward of an experiment (docs/policies.md), stored in every note whatever the policy:
 
     reward = improvement + efficiency + novelty - penalty
-    improvement = w_improve * clip((parent val_bpb - val_bpb) / noise_std, +-improve_clip)
+    improvement = w_improve * clip((parent val_bpb - val_bpb) / noise_std, +-improve_clip),
+                  times loss_weight where it is a loss
                   (one unit = one noise sigma; an early-stopped run counts its last forecast)
     efficiency  = -w_time * training_seconds / budget_s
                   - w_memory * (peak_memory_mb / baseline peak_memory_mb - 1), clipped to [-1, 1]
@@ -14,7 +15,7 @@
 
 A failed experiment (invalid, crash, timeout) earns no improvement, no novelty and no
 efficiency gain, only its time share: its total lies in [-penalty - 1, -penalty], below the
-floor of every valid run (-improvement_weight x improvement_clip - 1), so failing is never the
+floor of every valid run (-improvement_weight x loss_weight x improvement_clip - 1), so failing is never the
 cheap way out of a bad result (config.load refuses penalties that break this order).
 """
 from __future__ import annotations
@@ -58,7 +59,8 @@ def reward(record: dict, baseline: dict, config: RewardConfig) -> dict:
     improvement = 0.0
     if not failed and isinstance(value, (int, float)) and isinstance(parent, (int, float)) and math.isfinite(value):
         gain = (parent - value) / noise
-        improvement = config.improvement_weight * max(-config.improvement_clip, min(config.improvement_clip, gain))
+        gain = max(-config.improvement_clip, min(config.improvement_clip, gain))
+        improvement = config.improvement_weight * (gain if gain >= 0 else config.loss_weight * gain)
     efficiency = 0.0
     if status not in ("invalid", None):
         budget = record.get("budget_s") or 0.0

@@ -22,6 +22,17 @@ def test_improvement_is_in_noise_sigmas_and_clipped():
     assert reward(run(val_bpb=1.98), {"noise_std": 0.0}, CFG)["improvement"] == pytest.approx(10.0)  # sigma floor 1e-3
 
 
+def test_loss_weight_scales_losses_and_leaves_gains():
+    best_seeking = RewardConfig(loss_weight=0.25)
+    assert reward(run(val_bpb=1.98), BASE, best_seeking)["improvement"] == pytest.approx(2.0)
+    assert reward(run(val_bpb=2.03), BASE, best_seeking)["improvement"] == pytest.approx(-0.75)
+    assert reward(run(val_bpb=9.0), BASE, best_seeking)["improvement"] == pytest.approx(-2.5)  # clipped, then scaled
+    gains_only = RewardConfig(loss_weight=0.0)
+    assert reward(run(val_bpb=2.03), BASE, gains_only)["improvement"] == 0.0
+    stopped = run(status="early_stop", val_bpb=None, training_seconds=15.0, checks=[{"mean": 2.2}])
+    assert reward(stopped, BASE, gains_only)["total"] > reward(run(val_bpb=2.2), BASE, gains_only)["total"]
+
+
 def test_efficiency_prefers_faster_lighter_and_early_stopped_losers():
     equal = reward(run(), BASE, CFG)["efficiency"]
     assert reward(run(peak_memory_mb=500.0), BASE, CFG)["efficiency"] > equal
@@ -54,9 +65,11 @@ def test_novelty_is_one_minus_the_closest_jaccard():
     assert novelty(c, [a, b]) == 1.0
 
 
-def test_every_failure_scores_below_every_valid_run():
+@pytest.mark.parametrize("loss_weight", [1.0, 0.25, 0.0])
+def test_every_failure_scores_below_every_valid_run(loss_weight):
     """The order the RL policy relies on: no invalid, crashed or timed-out experiment scores
-    as well as the worst valid one, whatever the extremes of each term."""
+    as well as the worst valid one, whatever the extremes of each term and the loss weight."""
+    CFG = RewardConfig(loss_weight=loss_weight)
     valid = [reward(run(status=status, val_bpb=value, training_seconds=seconds, peak_memory_mb=memory,
                         novelty=new, checks=[{"mean": value}]), BASE, CFG)["total"]
              for status, value, seconds, memory, new in itertools.product(
@@ -78,3 +91,15 @@ def test_config_refuses_penalties_a_valid_run_can_undercut(tmp_path):
         load(tmp_path)
     (tmp_path / "gitresearch.toml").write_text("[reward]\nimprovement_clip = 3.0\ncrash_penalty = 4.5\n")
     assert load(tmp_path).reward.crash_penalty == 4.5
+    (tmp_path / "gitresearch.toml").write_text("[reward]\nloss_weight = 0.5\ncrash_penalty = 5.5\n")
+    with pytest.raises(ConfigError, match="floor is -6 "):  # 1 x 0.5 x 10 + 1
+        load(tmp_path)
+    (tmp_path / "gitresearch.toml").write_text("[reward]\nloss_weight = 0.5\ncrash_penalty = 6.5\n")
+    assert load(tmp_path).reward.valid_floor() == -6.0
+
+
+@pytest.mark.parametrize("weight", [-0.5, 1.5])
+def test_config_refuses_a_loss_weight_outside_zero_to_one(tmp_path, weight):
+    (tmp_path / "gitresearch.toml").write_text(f"[reward]\nloss_weight = {weight}\n")
+    with pytest.raises(ConfigError, match=rf"loss_weight = {weight}: expected a weight in \[0, 1\]"):
+        load(tmp_path)
