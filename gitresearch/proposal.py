@@ -155,11 +155,13 @@ class Outcome:
         return f"{len(self.attempts)} tries failed; last: {self.attempts[-1]['error']}"
 
 
+ALREADY_TRIED = "this exact change was already tried as experiment #{}; propose something different"
+
+
 def check_new(diff: str, tried: dict[str, int]) -> None:
     earlier = tried.get(diff_sha(diff))
     if earlier is not None:
-        raise InvalidProposal(f"this exact change was already tried as experiment #{earlier}; "
-                              f"propose something different")
+        raise InvalidProposal(ALREADY_TRIED.format(earlier))
 
 
 def propose_valid(store: Store, config: Config, policy, state: State, tried: dict[str, int]) -> Outcome:

@@ -35,9 +35,10 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from ..proposal import ALREADY_TRIED
 from .constants import Site, described, find_sites, relations, rewrite
 from . import InvalidReply
-from .moves import find_moves, moved, step_for
+from .moves import MOVES_PREFIX, find_moves, moved, step_for
 from .prompt import compact_prompt, compact_retry, fence, history_line
 from .random_search import mutate_site, random_changes
 from .reply import parse_reply
@@ -89,7 +90,7 @@ def reply_text(path: str, before: str, after: str, changes, make_diff: Callable[
 
 
 def moves_text(changes) -> str:
-    return f"Moves: {'; '.join(step_for(site, new) for site, new in changes)}\n"
+    return f"{MOVES_PREFIX} {'; '.join(step_for(site, new) for site, new in changes)}\n"
 
 
 def failed_moves(kind: str, path: str, source: str, change, sites: list[Site],
@@ -106,8 +107,7 @@ def failed_moves(kind: str, path: str, source: str, change, sites: list[Site],
         other = rng.choice(sites)
         value = mutate_site(other, rng)
         if value is not None and value != other.value:
-            return moves_text([(other, value)]), (f"this exact change was already tried as experiment "
-                                                  f"#{rng.randint(1, 300)}; propose something different")
+            return moves_text([(other, value)]), ALREADY_TRIED.format(rng.randint(1, 300))
         reply = ""
     else:
         reply = "" if kind == "empty" else f"Description: {described([change])}\n"
@@ -136,8 +136,7 @@ def failed_try(kind: str, path: str, source: str, change, sites: list[Site], rng
         value = mutate_site(other, rng)
         if value is not None and (other, value) != change and rewrite(source, [(other, value)]) != source:
             reply = reply_text(path, source, rewrite(source, [(other, value)]), [(other, value)], make_diff)
-            return reply, (f"this exact change was already tried as experiment #{rng.randint(1, 300)}; "
-                           "propose something different")
+            return reply, ALREADY_TRIED.format(rng.randint(1, 300))
     reply = "" if kind == "empty" else f"Description: {described([change])}\n"
     try:
         parse_reply(reply, {path: source}, make_diff)

@@ -36,6 +36,7 @@ from . import InvalidReply
 from .constants import Site, described, relations, rewrite
 from .random_search import keep_relations
 
+MOVES_PREFIX = "Moves:"  # what the imitation data writes; MOVES_LINE reads it in any case and spacing
 MOVES_LINE = re.compile(r"^\W*moves\W*:(?P<text>.*)$", re.IGNORECASE | re.MULTILINE)
 STEP = re.compile(r"^(?P<name>[A-Za-z_]\w*(?:\[\d+\])?)\s*(?P<op>[x*/+=-])\s*(?P<arg>\S+)$")
 SMALL_INT = 16  # an int below this moves by +K/-K in the imitation data, a larger one by a factor
