@@ -8,7 +8,10 @@ constant finder at the commit and its parent: the median |ln(new / old)| and the
 moves beyond the random policy's factor 3), the failed tries per window of 50 that [policy]
 max_move_factor refused (capped_tries), the constants the policies leave alone at the end
 of each window of 50 (history.crashed_constants; crash_blame.py counts them by an older
-checkout's rule); for rl loops, every PPO update's KL, mean k3
+checkout's rule), and per valid experiment that moved a constant its largest |ln move|, its
+status and its improvement in sigmas at loss weight 1 (gitresearch.reward with [reward]
+loss_weight = 1 and improvement_weight = 1, whatever the loop ran with; move_payoff.py
+reads them: `largest_moves`); for rl loops, every PPO update's KL, mean k3
 penalty, raw advantage std, entropy, clip fraction and share of decision tokens ([rl]
 token_share; with [rl] kl_target also the sampled KL and kl_coef), the reasons of the invalid
 experiments, the errors of every failed try (valid experiments' earlier tries included) and,
@@ -21,9 +24,11 @@ import json, re, sys, time
 from collections import Counter
 from pathlib import Path
 from gitresearch.gitstore import Store
-from gitresearch.history import crashed_constants
+from gitresearch.config import RewardConfig
+from gitresearch.history import baseline_record, crashed_constants
 from gitresearch.policies.constants import find_sites, log_moves, move_summary
 from gitresearch.research_bench import trajectory, windows
+from gitresearch.reward import reward
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
 
 
@@ -54,6 +59,18 @@ def move_windows(store: Store, exps: list) -> list[dict]:
     return out
 
 
+def largest_moves(store: Store, exps: list) -> list[list]:
+    """[largest |ln move|, status, improvement in sigmas with losses counted in full] per
+    valid experiment that moved a positive numeric constant."""
+    seen, baseline, full = {}, baseline_record(store), RewardConfig(improvement_weight=1.0, loss_weight=1.0)
+    out = []
+    for e in exps:
+        ms = moves(store, e, seen)
+        if ms and e.record["status"] not in ("crash", "timeout"):
+            out.append([round(max(ms), 4), e.record["status"], reward(e.record, baseline, full)["improvement"]])
+    return out
+
+
 loops = {}
 for repo in sorted(root.iterdir()):
     store = Store(repo)
@@ -69,6 +86,7 @@ for repo in sorted(root.iterdir()):
     statuses = [r["status"] for r in recs[1:]]
     entry["crashes"] = [statuses[i:i + 50].count("crash") for i in range(0, len(statuses), 50)]
     entry["moves"] = move_windows(store, exps[1:])
+    entry["largest_moves"] = largest_moves(store, exps[1:])
     capped = [sum("max_move_factor" in a["error"] for a in r.get("attempts") or []) for r in recs[1:]]
     entry["capped_tries"] = [sum(capped[i:i + 50]) for i in range(0, len(capped), 50)]  # refused by the cap
     entry["avoided"] = [len(crashed_constants(store, exps[i:0:-1])) for i in range(50, len(exps), 50)]
