@@ -51,18 +51,18 @@ def moves(store: Store, exp, seen: dict) -> list[float]:
     return log_moves(values(store, parent, seen), values(store, exp.commit, seen))
 
 
-def move_windows(store: Store, exps: list) -> list[dict]:
-    out, seen = [], {}
+def move_windows(store: Store, exps: list, seen: dict) -> list[dict]:
+    out = []
     for i in range(0, len(exps), 50):
         ms = [m for e in exps[i:i + 50] for m in moves(store, e, seen)]
         out.append(dict(zip(("median_abs_log", "beyond_factor_3"), move_summary(ms))))
     return out
 
 
-def largest_moves(store: Store, exps: list) -> list[list]:
+def largest_moves(store: Store, exps: list, seen: dict) -> list[list]:
     """[largest |ln move|, status, improvement in sigmas with losses counted in full] per
     valid experiment that moved a positive numeric constant."""
-    seen, baseline, full = {}, baseline_record(store), RewardConfig(improvement_weight=1.0, loss_weight=1.0)
+    baseline, full = baseline_record(store), RewardConfig(improvement_weight=1.0, loss_weight=1.0)
     out = []
     for e in exps:
         ms = moves(store, e, seen)
@@ -85,8 +85,9 @@ for repo in sorted(root.iterdir()):
              "windows": windows(t)}
     statuses = [r["status"] for r in recs[1:]]
     entry["crashes"] = [statuses[i:i + 50].count("crash") for i in range(0, len(statuses), 50)]
-    entry["moves"] = move_windows(store, exps[1:])
-    entry["largest_moves"] = largest_moves(store, exps[1:])
+    seen = {}  # commit -> its constants, read once for both
+    entry["moves"] = move_windows(store, exps[1:], seen)
+    entry["largest_moves"] = largest_moves(store, exps[1:], seen)
     capped = [sum("max_move_factor" in a["error"] for a in r.get("attempts") or []) for r in recs[1:]]
     entry["capped_tries"] = [sum(capped[i:i + 50]) for i in range(0, len(capped), 50)]  # refused by the cap
     entry["avoided"] = [len(crashed_constants(store, exps[i:0:-1])) for i in range(50, len(exps), 50)]

@@ -1,6 +1,7 @@
 """The research gym (gitresearch init --template gym) and `gitresearch bench research`: the
 gym's train.py follows its surrogate and the target's hard rules, loops on it run through the
 real runner with early stop, and the bench's figures come out of those loops."""
+import importlib.util
 import json
 import math
 import os
@@ -245,3 +246,25 @@ def test_bench_research_passes_a_local_model_as_an_absolute_path(tmp_path, monke
         result = CliRunner().invoke(main, ["bench", "research", "--policies", "rl", "--model", model, "--seeds", "1"])
         assert result.exit_code == 0, result.output
         assert seen["model_args"] == ["--model", passed]
+
+
+def test_the_headroom_benchmark_reads_the_gyms_own_prediction(tmp_path):
+    """benchmarks/gym_headroom.py judges its arms by the surrogate's true mean, read through
+    the policies' constant finder: it must equal what the gym's own train.py predicts for the
+    same file, moved or not, and a file the real target cannot build must crash."""
+    from helpers import benchmark_module
+
+    headroom = benchmark_module("gym_headroom")
+    surrogate = headroom.Surrogate()
+    model = json.loads((GYM / "surrogate.json").read_text())
+    for constants in ({}, {"DEPTH": 2, "MATRIX_LR": 0.02, "ADAM_BETAS": (0.7, 0.99)}, {"WIDTH": 256, "HEAD_DIM": 32}):
+        work = gym_copy(tmp_path / str(len(constants)) / "x", **constants)
+        spec = importlib.util.spec_from_file_location("moved_train", work / "train.py")
+        gym = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(gym)
+        x = gym.features(model, gym.constants())
+        predicted = {}
+        for gp in model["gps"]:
+            predicted.update(zip(gp["outputs"], gym.gp_mean(gp, x)))
+        assert surrogate((work / "train.py").read_text()) == pytest.approx(predicted["final"], abs=1e-12)
+    assert surrogate((gym_copy(tmp_path / "bad", WIDTH=100) / "train.py").read_text()) is None
