@@ -27,7 +27,7 @@ random arm's median over seeds against the bench's random loops (docs/gym.md).
 
 Output: OUT.json {"schema": 1, "seeds", "experiments", "margin", "noise_sd", "wall_s",
 "arms": {arm: {"best": [final true best per seed], "median", "median_at": {experiments: median
-best so far}, "mean", "sd"}},
+best so far}, "mean", "sd", "kept_share": {constant: share of the proposals moving it that were kept}}},
 "against_random": {arm: {"median_gain", "mean_gain", "mannwhitney_p", "seeds_needed"}}}
 (gains in val_bpb, positive: lower than random; seeds_needed: seeds per arm for a two-sided
 5 % test with 80 % power to see the mean gain, normal approximation), and a table on stdout.
@@ -103,8 +103,9 @@ def repeat(sites, moves: list[tuple[str, float]], source: str) -> list:
 
 
 def climb(arm: str, seed: int, surrogate: Surrogate, source: str, experiments: int, margin: float,
-          noise_sd: float) -> list[float]:
-    """One loop of `arm`: the true mean final of its best after each experiment."""
+          noise_sd: float) -> tuple[list[float], collections.Counter, collections.Counter]:
+    """One loop of `arm`: the true mean final of its best after each experiment, and per
+    constant the proposals that moved it and were kept, and were not."""
     rng = random.Random(seed)
     best = surrogate(source)
     hits, misses = collections.Counter(), collections.Counter()
@@ -140,7 +141,7 @@ def climb(arm: str, seed: int, surrogate: Surrogate, source: str, experiments: i
             source, best = candidate, value
         else:
             again, streak = None, 0
-    return trajectory[1:] + [best]
+    return trajectory[1:] + [best], hits, misses
 
 
 def seeds_needed(gain: float, sd: float) -> float | None:
@@ -167,15 +168,19 @@ def main() -> None:
         factor_range = random_search.FACTOR_RANGE
         random_search.FACTOR_RANGE = (1 / 5, 5.0) if arm == "wide" else factor_range
         try:
-            trajectories = [climb(arm, seed, surrogate, baseline, args.experiments, args.margin, noise_sd)
-                            for seed in range(args.seeds)]
+            loops = [climb(arm, seed, surrogate, baseline, args.experiments, args.margin, noise_sd)
+                     for seed in range(args.seeds)]
         finally:
             random_search.FACTOR_RANGE = factor_range
+        trajectories = [t for t, _, _ in loops]
+        hits, misses = sum((h for _, h, _ in loops), collections.Counter()), sum((m for _, _, m in loops), collections.Counter())
         bests = [t[-1] for t in trajectories]
         arms[arm] = {"best": [round(b, 5) for b in bests], "median": round(statistics.median(bests), 5),
                      "median_at": {n: round(statistics.median(t[n - 1] for t in trajectories), 5)
                                    for n in CHECKPOINTS if n <= args.experiments},
-                     "mean": round(statistics.mean(bests), 5), "sd": round(statistics.stdev(bests), 5)}
+                     "mean": round(statistics.mean(bests), 5), "sd": round(statistics.stdev(bests), 5),
+                     "kept_share": {name: round(hits[name] / (hits[name] + misses[name]), 4)
+                                    for name in sorted(hits | misses, key=lambda n: -hits[n] / (hits[n] + misses[n]))}}
         at = " / ".join(f"{v:.4f}" for v in arms[arm]["median_at"].values())
         print(f"{arm:10s} median {arms[arm]['median']:.4f} mean {arms[arm]['mean']:.4f} sd {arms[arm]['sd']:.4f} "
               f"| median after {'/'.join(map(str, arms[arm]['median_at']))}: {at}", flush=True)
