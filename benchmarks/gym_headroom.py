@@ -14,7 +14,8 @@ relations kept), except where the arm says otherwise:
 - oracle-K: K of random's proposals, the one with the lowest true mean run (a perfect
   reranker: the ceiling of a policy that learns which of random's moves to make);
 - wide: factors in [1/5, 5], beyond the bench's cap at x3 (does move size pay here?);
-- momentum: after a keep, the same moves again (same factors) until one is not kept, at most 3;
+- momentum: after a keep, the same steps again (moves.step_for, applied as the harness applies
+  a Moves line) until one is not kept, at most 3;
 - bandit: Thompson sampling over the constants from their keeps and misses (a learner of
   which constants pay, the preference PPO could learn from keeps).
 
@@ -38,6 +39,8 @@ from pathlib import Path
 from scipy import stats
 
 from gitresearch.policies import random_search
+from gitresearch.policies import InvalidReply
+from gitresearch.policies.moves import moved, step_for
 from gitresearch.policies.constants import find_sites, relations, rewrite
 from gitresearch.resources import resource
 
@@ -75,33 +78,6 @@ class Surrogate:
         return self.cache[source]
 
 
-def factor(site, new) -> float:
-    """The step from site.value to new as the random policy takes it (odds for (0, 1) floats)."""
-    old = site.value
-    if isinstance(old, float) and 0 < old < 1:
-        return (new / (1 - new)) / (old / (1 - old)) if 0 < new < 1 else 1.0
-    return new / old if old else 1.0
-
-
-def repeat(sites, moves: list[tuple[str, float]], source: str) -> list:
-    by_name = {s.name: s for s in sites}
-    changes = []
-    for name, f in moves:
-        site = by_name[name]
-        old = site.value
-        if isinstance(old, float) and 0 < old < 1:
-            odds = old / (1 - old) * f
-            new = float(f"{odds / (1 + odds):.3g}")
-        elif isinstance(old, int) and not isinstance(old, bool):
-            new = max(1, round(old * f))
-            new = new if new != old else old + (1 if f > 1 else -1)
-            new = max(site.align, round(new / site.align) * site.align) if site.align > 1 else new
-        else:
-            new = float(f"{old * f:.3g}")
-        changes.append((site, new))
-    return random_search.keep_relations(changes, sites, relations(source))
-
-
 def climb(arm: str, seed: int, surrogate: Surrogate, source: str, experiments: int, margin: float,
           noise_sd: float) -> tuple[list[float], collections.Counter, collections.Counter]:
     """One loop of `arm`: the true mean final of its best after each experiment, and per
@@ -115,14 +91,18 @@ def climb(arm: str, seed: int, surrogate: Surrogate, source: str, experiments: i
         trajectory.append(best)
         sites = find_sites(source, SKIP)
         rels = relations(source)
-        if arm == "momentum" and again and streak < 3:
-            changes = repeat(sites, again, source)
-        elif arm == "bandit":
+        changes = []
+        if arm == "momentum" and again and streak < 3:  # the kept steps again, as the harness applies a Moves line
+            try:
+                changes = moved(again, {"train.py": source}, {"train.py": sites})[1]
+            except InvalidReply:  # the steps round to no change here: a fresh proposal
+                again, streak = None, 0
+        if not changes and arm == "bandit":
             score = {s.name: rng.betavariate(1 + hits[s.name], 1 + misses[s.name]) for s in sites}
             chosen = sorted(sites, key=lambda s: -score[s.name])[:rng.randint(1, 3)]
             changes = random_search.keep_relations(
                 [(s, new) for s in chosen if (new := random_search.mutate_site(s, rng)) is not None], sites, rels)
-        else:
+        elif not changes:
             changes = random_search.random_changes(sites, rng, rels)
         if arm.startswith("oracle-"):
             candidates = [changes] + [random_search.random_changes(sites, rng, rels) for _ in range(int(arm[7:]) - 1)]
@@ -137,7 +117,7 @@ def climb(arm: str, seed: int, surrogate: Surrogate, source: str, experiments: i
             (hits if kept else misses)[site.name] += 1
         if kept:
             if arm == "momentum":
-                again, streak = [(s.name, factor(s, new)) for s, new in changes], streak + 1
+                again, streak = "; ".join(step_for(s, new) for s, new in changes), streak + 1
             source, best = candidate, value
         else:
             again, streak = None, 0
