@@ -146,3 +146,95 @@ def test_the_loop_writes_the_steps_and_feeds_a_bad_one_back(tmp_path):
     commit = next(e.commit for e in Store(repo).experiments() if e.number == 1)
     written = Store(repo).read_file(commit, "train.py")
     assert "LR = 0.0526  #" in written and "DEPTH = 6  #" in written
+
+
+def test_a_past_experiments_steps_restate_its_described_change_as_the_harness_writes_it():
+    """steps_of reads `NAME OLD -> NEW` back into the steps that write NEW from OLD; it gives
+    None for a description in words (an agent's), which the prompt then shows unannotated."""
+    from gitresearch.policies.constants import described, relations
+    from gitresearch.policies.moves import moved, steps_of
+    from gitresearch.policies.random_search import random_changes
+
+    config, source = load(TARGET), (TARGET / "train.py").read_text()
+    sites = {"train.py": find_sites(source, config.policy.skip_constants)}
+    rng = random.Random(3)
+    for _ in range(40):
+        changes = random_changes(sites["train.py"], rng, relations(source))
+        steps = steps_of(described(changes), sites)
+        assert steps == "; ".join(step_for(s, new) for s, new in changes)
+        # applied to the file the change started from, the steps write what the change wrote
+        # (to the 3 digits of the factor and of the value written: 14.8 may come back as 14.9)
+        wrote = {s.name: new for s, new in moved(steps, {"train.py": source}, sites)[1]}
+        assert wrote.keys() == {s.name for s, _ in changes}
+        for site, new in changes:
+            assert wrote[site.name] == pytest.approx(new, rel=1e-2)
+    assert steps_of("halve the learning rate", sites) is None
+    assert steps_of("LR 0.1 -> 0.05; tweak the rest", sites) is None
+
+
+def test_the_loops_compact_prompt_shows_each_past_experiments_steps_in_the_moves_form_only():
+    from dataclasses import replace
+
+    from gitresearch.config import Config
+    from gitresearch.history import Entry
+    from gitresearch.policies import State
+    from gitresearch.policies.prompt import build_compact_prompt
+
+    entries = [Entry(2, "c" * 40, "p" * 40, "LR 0.1 -> 0.05; DEPTH 4 -> 6", "keep", 1.5, -0.01, "", "", 1.0, None, ""),
+               Entry(1, "d" * 40, "p" * 40, "try a cosine schedule", "discard", 1.6, 0.1, "", "", 1.0, None, "")]
+    words = lambda text: len(text.split())  # noqa: E731
+    for form in ("moves", "diff"):
+        config = Config()
+        config = replace(config, llm=replace(config.llm, reply=form))
+        state = State("0" * 40, {"train.py": SOURCE}, entries, [], config)
+        user = build_compact_prompt(state, words, 100_000, 100).messages[0]["content"]
+        past = user.split("newest first)\n")[1].split("\n\n")[0].splitlines()
+        # LR in (0, 1) moves in odds: 0.1 -> 0.05 is /2.11 (moves.py)
+        annotated = "#2 keep 1.500000 (-0.010000): LR 0.1 -> 0.05; DEPTH 4 -> 6 | Moves: LR /2.11; DEPTH +2"
+        assert past == [annotated if form == "moves" else annotated.split(" | ")[0],
+                        "#1 discard 1.600000 (+0.100000): try a cosine schedule"]
+
+
+def test_a_momentum_teacher_repeats_the_kept_newest_steps_copied_off_their_line(tmp_path):
+    """With momentum, an example whose newest past experiment is a keep answers with that
+    keep's steps, character for character (the rest answer as the random policy); the kept
+    steps are what moved best to the files shown; every reply still applies to them."""
+    from gitresearch.policies.moves import find_moves, moved
+
+    config, source = load(TARGET), (TARGET / "train.py").read_text()
+    skip = config.policy.skip_constants
+    repo, store = empty_repo(tmp_path)
+    pairs = examples({"train.py": source}, random.Random(5), store.make_diff, n=40, skip=skip,
+                     max_changes=3, reply="moves", momentum=0.5)
+    repeats = 0
+    for ex in pairs:
+        newest = ex.prompt.split("newest first)\n")[1].split("\n")[0]
+        if " keep " not in newest:
+            continue
+        kept = newest.split(" | Moves: ")[1]
+        shown = {"train.py": find_sites(ex.before, skip)}
+        try:
+            rewrite_moved(ex.before, kept, shown, moved)
+        except InvalidReply:  # the steps round to no change from here: a fresh move instead
+            assert ex.reply != f"Moves: {kept}\n"
+            continue
+        repeats += 1
+        assert ex.reply == f"Moves: {kept}\n"
+        # undo the keep: the values before it, moved by its steps, give the file shown
+        for change in newest.split(": ", 1)[1].split(" | ")[0].split("; "):
+            name, old, new = re.fullmatch(r"(\S+) (\S+) -> (\S+)", change).groups()
+            assert {s.name: repr(s.value) for s in find_sites(ex.before, skip)}[name] == new
+        assert rewrite_moved(ex.before, find_moves(ex.reply), shown, moved) == ex.after != ex.before
+        commit_start(repo, ex.before)
+        _, diff = parse_reply(ex.reply, {"train.py": ex.before}, store.make_diff, shown)
+        assert store.tree_file(store.apply_diff(store.resolve("HEAD"), diff)[0], "train.py") == ex.after
+    assert 12 <= repeats <= 28  # about half of 40
+    plain = examples({"train.py": source}, random.Random(5), store.make_diff, n=40, skip=skip, max_changes=3,
+                     reply="moves")
+    assert sum(" | Moves: " in ex.prompt for ex in plain) >= 20  # the steps are shown without a teacher too
+
+
+def rewrite_moved(text: str, steps: str, shown: dict, moved) -> str:
+    from gitresearch.policies.constants import rewrite
+
+    return rewrite(text, moved(steps, {"train.py": text}, shown)[1])

@@ -19,6 +19,15 @@ x2.1; DEPTH +1`), stating the random policy's change as steps (moves.step_for); 
 file after it is what the harness writes for those steps. Its made-up failed tries name a
 constant the prompt does not show instead of copying a stale line.
 
+In the moves form each made-up past experiment shows its steps as the loop's compact prompt
+shows them (`... : MATRIX_LR 0.005 -> 0.0104 | Moves: MATRIX_LR x2.08`, moves.steps_of). With
+`momentum` > 0 a teacher that reads the history writes that share of the replies: the newest
+past experiment was kept (its steps moved best to the files shown), and the reply repeats its
+steps, copied off its line; a newest line that is not a keep gets a random move. Repeating a
+kept step until it stops paying is the one history-reading rule that beat random search on the
+gym's surrogate (benchmarks/gym_headroom.py, docs/gym.md); a model copies a step more
+easily than it divides two values.
+
 Some examples first show one or two failed tries fed back as the loop feeds them back on a
 retry (prompt.compact_retry: the failed reply, then "Rejected: <error>"): an empty reply, a
 reply with no diff, a diff whose removed line does not match the file (git's own error), a
@@ -38,7 +47,7 @@ from typing import Callable
 from ..proposal import ALREADY_TRIED
 from .constants import Site, described, find_sites, relations, rewrite
 from . import InvalidReply
-from .moves import MOVES_PREFIX, find_moves, moved, step_for
+from .moves import MOVES_PREFIX, find_moves, moved, step_for, steps_of
 from .prompt import compact_prompt, compact_retry, fence, history_line
 from .random_search import mutate_site, random_changes
 from .reply import parse_reply
@@ -148,10 +157,11 @@ def failed_try(kind: str, path: str, source: str, change, sites: list[Site], rng
 def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[..., str],
              n: int, skip: tuple[str, ...] = (), cuda: bool = False, metric: str = "val_bpb",
              wander: int = WANDER_STEPS, tries: tuple[int, ...] = FAILED_TRIES,
-             max_changes: int = 1, reply: str = "diff") -> list[Example]:
+             max_changes: int = 1, reply: str = "diff", momentum: float = 0.0) -> list[Example]:
     """n imitation examples over `files` (path -> source of the baseline), each after a number
     of failed tries drawn from `tries`, each reply changing one to `max_changes` constants, in
-    the `reply` form (diff or moves)."""
+    the `reply` form (diff or moves); in the moves form a share `momentum` of them repeat the
+    kept newest past experiment's steps."""
     seen: dict[str, list[Site]] = {}
 
     def live(source: str) -> list[Site]:  # parsing dominates making examples: once per text
@@ -168,26 +178,47 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
         for _ in range(rng.randint(0, wander)):
             path = rng.choice(paths)
             current[path] = rewrite(current[path], random_changes(live(current[path]), rng))
+        # momentum: the newest past experiment was kept, its steps moved best to `current`,
+        # and the reply repeats them (in the moves form; below)
+        repeat = reply == "moves" and momentum > 0 and rng.random() < momentum
+        kept = None
+        if repeat:
+            path = rng.choice(paths)
+            kept = random_changes(live(current[path]), rng, relations(current[path]), most=max_changes)
+            if not kept:
+                continue
+            current[path] = rewrite(current[path], kept)
         sites = {path: live(current[path]) for path in paths}
         # made-up past experiments: the model learns to read past them, not to trust them
         history, number = [], rng.randint(1, 300)
-        for k in range(rng.randint(0, MAX_HISTORY)):
-            status = rng.choice(STATUSES)
+        for k in range(rng.randint(1 if repeat else 0, MAX_HISTORY)):
+            # with a momentum teacher a kept newest experiment always means "repeat it"
+            status = "keep" if k == 0 and repeat else rng.choice(STATUSES[1:] if k == 0 and momentum else STATUSES)
             value = None if status in UNMEASURED else round(rng.uniform(1.5, 4.0), 6)
-            delta = None if value is None else round(rng.uniform(-0.05, 0.5), 6)
+            delta = None if value is None else round(rng.uniform(-0.05, -0.001) if repeat and k == 0
+                                                     else rng.uniform(-0.05, 0.5), 6)
+            line_path = rng.choice(paths)
+            description = described(kept if repeat and k == 0 else random_changes(sites[line_path], rng))
+            steps = steps_of(description, sites) if reply == "moves" else None
+            history.append(history_line(number - k, status, value, delta, description, steps))
+        text = None
+        if repeat:  # the kept steps again, as the harness applies them to `current`
+            text = moves_text(kept)
+            try:
+                changes = moved(find_moves(text), current, sites)[1]
+            except InvalidReply:  # they round to no change here: the example shows a fresh move
+                text = None
+        if text is None:
             path = rng.choice(paths)
-            history.append(history_line(number - k, status, value, delta,
-                                        described(random_changes(sites[path], rng))))
-        path = rng.choice(paths)
-        if max_changes > 1:
-            changes = random_changes(sites[path], rng, relations(current[path]), most=max_changes)
-        else:  # the stream of the one-change examples the measured LMs were trained on
-            site = rng.choice(sites[path])
-            changes = [(site, new)] if (new := mutate_site(site, rng)) is not None else []
-        if not changes:
-            continue
+            if max_changes > 1:
+                changes = random_changes(sites[path], rng, relations(current[path]), most=max_changes)
+            else:  # the stream of the one-change examples the measured LMs were trained on
+                site = rng.choice(sites[path])
+                changes = [(site, new)] if (new := mutate_site(site, rng)) is not None else []
+            if not changes:
+                continue
         if reply == "moves":
-            text = moves_text(changes)
+            text = text or moves_text(changes)
             try:  # the file as the harness writes it for these steps (its rounding, relations)
                 after = rewrite(current[path], moved(find_moves(text), current, sites)[1])
             except InvalidReply:

@@ -40,6 +40,8 @@ MOVES_PREFIX = "Moves:"  # what the imitation data writes; MOVES_LINE reads it i
 MOVES_LINE = re.compile(r"^\W*moves\W*:(?P<text>.*)$", re.IGNORECASE | re.MULTILINE)
 STEP = re.compile(r"^(?P<name>[A-Za-z_]\w*(?:\[\d+\])?)\s*(?P<op>[x*/+=-])\s*(?P<arg>\S+)$")
 SMALL_INT = 16  # an int below this moves by +K/-K in the imitation data, a larger one by a factor
+# one change as constants.described names it: `MATRIX_LR 0.005 -> 0.0104`
+DESCRIBED_CHANGE = re.compile(r"^(?P<name>[A-Za-z_]\w*(?:\[\d+\])?) (?P<old>\S+) -> (?P<new>\S+)$")
 
 
 def find_moves(text: str) -> str | None:
@@ -153,3 +155,26 @@ def step_for(site: Site, new) -> str:
     else:
         factor = new / old
     return f"{site.name} x{factor:.3g}" if factor >= 1 else f"{site.name} /{1 / factor:.3g}"
+
+
+def steps_of(description: str, sites: dict[str, list[Site]]) -> str | None:
+    """The steps (`MATRIX_LR x2.08; DEPTH +1`) that state a past experiment's described change
+    (`MATRIX_LR 0.005 -> 0.0104; DEPTH 4 -> 5`), each as step_for states it (a constant's kind
+    read off `sites` by name), or None where the description is not a list of such changes
+    (a coding agent's own words). The compact prompt shows them on each past experiment, so
+    that a model can repeat a kept move by copying its steps instead of dividing two values."""
+    by_name = {site.name: site for found in sites.values() for site in found}
+    steps = []
+    for part in description.split(";"):
+        match = DESCRIBED_CHANGE.match(part.strip())
+        if not match:
+            return None
+        try:
+            old, new = ast.literal_eval(match["old"]), ast.literal_eval(match["new"])
+        except (ValueError, SyntaxError):
+            return None
+        if not all(isinstance(v, (int, float)) for v in (old, new)):
+            return None
+        known = by_name.get(match["name"])
+        steps.append(step_for(Site(match["name"], 0, 0, 0, old, known.kind if known else "value"), new))
+    return "; ".join(steps) or None

@@ -51,6 +51,7 @@ class PretrainConfig:
     max_changes: int = 1  # constants a reply changes: one to this many, as the random policy (which does 1-3)
     digits: bool = False  # one token per digit in a new tokenizer (else BPE merges digit runs: "Ġ192", "002")
     reply: str = "diff"  # the reply form to imitate: diff | moves (a Moves line; [llm] reply must match)
+    momentum: float = 0.0  # share of moves examples that repeat the kept newest experiment's steps (imitation.py)
 
 
 # the reply's text copied from its prompt: the old values of the Description ("NAME OLD -> NEW")
@@ -124,7 +125,7 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
     started = time.monotonic()
     set_seed(config.seed)
     pairs = examples(files, random.Random(config.seed), make_diff, config.examples, skip, metric=metric,
-                     max_changes=config.max_changes, reply=config.reply)
+                     max_changes=config.max_changes, reply=config.reply, momentum=config.momentum)
     if config.init:  # go on training: the model's own tokenizer and window
         tokenizer = AutoTokenizer.from_pretrained(config.init)
         model = AutoModelForCausalLM.from_pretrained(config.init)

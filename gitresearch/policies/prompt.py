@@ -16,6 +16,7 @@ from ..resources import resource
 from ..workers import visible_gpus
 from . import PolicyError, State
 from .constants import Site, find_sites
+from .moves import MOVES_PREFIX, steps_of
 
 SYSTEM_PROMPT = (resource("policy") / "system_prompt.md").read_text().rstrip("\n")  # policy/system_prompt.md
 
@@ -170,9 +171,11 @@ def compact_view(source: str, sites: list[Site], context: int = CONTEXT_LINES) -
                      for run in runs)
 
 
-def history_line(number, status: str, value, delta, description: str) -> str:
-    """One past experiment in the compact prompt."""
-    return f"#{number} {status} {_num(value, '.6f')} ({_num(delta, '+.6f')}): {description}"
+def history_line(number, status: str, value, delta, description: str, steps: str | None = None) -> str:
+    """One past experiment in the compact prompt; in the moves form with its steps
+    (moves.steps_of) after a `|`, in the words a Moves reply uses."""
+    line = f"#{number} {status} {_num(value, '.6f')} ({_num(delta, '+.6f')}): {description}"
+    return f"{line} | {MOVES_PREFIX} {steps}" if steps else line
 
 
 def compact_prompt(files: dict[str, str], sites: dict[str, list[Site]], history: list[str] = (),
@@ -212,7 +215,8 @@ def build_compact_prompt(state: State, count_tokens: Callable[[str], int], conte
     are dropped oldest first; the constants' view is never cut."""
     config, form = state.config, state.config.llm.reply
     sites = shown_sites(state)
-    lines = [history_line(e.experiment, e.status, e.val_bpb, e.delta, e.description) for e in state.history]
+    lines = [history_line(e.experiment, e.status, e.val_bpb, e.delta, e.description,
+                          steps_of(e.description, sites) if form == "moves" else None) for e in state.history]
     retries = [m for attempt in state.attempts[-2:]
                for m in compact_retry(attempt.reply or attempt.diff, attempt.error, form)]
     retry_costs = [count_tokens(m["content"]) for m in retries]
