@@ -16,6 +16,8 @@ relations kept), except where the arm says otherwise:
 - wide: factors in [1/5, 5], beyond the bench's cap at x3 (does move size pay here?);
 - momentum: after a keep, the same steps again (moves.step_for, applied as the harness applies
   a Moves line) until one is not kept, at most 3;
+- repeat: momentum with no cap (the rule `pretrain-policy --momentum` teaches: the newest past
+  experiment was kept, so its steps again);
 - bandit: Thompson sampling over the constants from their keeps and misses (a learner of
   which constants pay, the preference PPO could learn from keeps).
 
@@ -47,7 +49,8 @@ from gitresearch.resources import resource
 GYM = resource("gym")  # gym_repo/: the template `gitresearch init --template gym` copies
 SKIP = ("CURVE_POINTS",)  # gym_repo/gitresearch.toml's skip_constants
 CHECKPOINTS = (25, 50, 100, 200, 300)  # experiments after which the medians over seeds are kept
-ARMS = ("random", "oracle-2", "oracle-4", "wide", "momentum", "bandit")
+ARMS = ("random", "oracle-2", "oracle-4", "wide", "momentum", "repeat", "bandit")
+MOMENTUM_STREAK = {"momentum": 3, "repeat": math.inf}  # kept steps repeated at most this many times in a row
 
 
 def load_gym():
@@ -92,7 +95,7 @@ def climb(arm: str, seed: int, surrogate: Surrogate, source: str, experiments: i
         sites = find_sites(source, SKIP)
         rels = relations(source)
         changes = []
-        if arm == "momentum" and again and streak < 3:  # the kept steps again, as the harness applies a Moves line
+        if arm in MOMENTUM_STREAK and again and streak < MOMENTUM_STREAK[arm]:  # the kept steps again, as the harness applies a Moves line
             try:
                 changes = moved(again, {"train.py": source}, {"train.py": sites})[1]
             except InvalidReply:  # the steps round to no change here: a fresh proposal
@@ -116,7 +119,7 @@ def climb(arm: str, seed: int, surrogate: Surrogate, source: str, experiments: i
         for site, _ in changes:
             (hits if kept else misses)[site.name] += 1
         if kept:
-            if arm == "momentum":
+            if arm in MOMENTUM_STREAK:
                 again, streak = "; ".join(step_for(s, new) for s, new in changes), streak + 1
             source, best = candidate, value
         else:

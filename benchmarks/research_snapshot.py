@@ -11,7 +11,9 @@ of each window of 50 (history.crashed_constants; crash_blame.py counts them by a
 checkout's rule), and per valid experiment that moved a constant its largest |ln move|, its
 status and its improvement in sigmas at loss weight 1 (gitresearch.reward with [reward]
 loss_weight = 1 and improvement_weight = 1, whatever the loop ran with; move_payoff.py
-reads them: `largest_moves`); for rl loops, every PPO update's KL, mean k3
+reads them: `largest_moves`), the experiments right after a keep and how many of them repeat
+its steps (`repeats`: the same constants, each by the same step within 3 %, as moves.steps_of
+states them: the momentum `pretrain-policy --momentum` teaches); for rl loops, every PPO update's KL, mean k3
 penalty, raw advantage std, entropy, clip fraction and share of decision tokens ([rl]
 token_share; with [rl] kl_target also the sampled KL and kl_coef), the reasons of the invalid
 experiments, the errors of every failed try (valid experiments' earlier tries included) and,
@@ -20,13 +22,14 @@ diff applied only after the stale-line repair ([policy] repair_stale_lines).
 
     python benchmarks/research_snapshot.py DIR OUT.json
 """
-import json, re, sys, time
+import json, math, re, sys, time
 from collections import Counter
 from pathlib import Path
 from gitresearch.gitstore import Store
 from gitresearch.config import RewardConfig
 from gitresearch.history import baseline_record, crashed_constants
 from gitresearch.policies.constants import find_sites, log_moves, move_summary
+from gitresearch.policies.moves import STEP, steps_of
 from gitresearch.research_bench import trajectory, windows
 from gitresearch.reward import reward
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
@@ -71,6 +74,30 @@ def largest_moves(store: Store, exps: list, seen: dict) -> list[list]:
     return out
 
 
+def same_steps(a: str | None, b: str | None) -> bool:
+    """Do two steps texts make the same moves (factors within 3 %)?"""
+    if not a or not b:
+        return False
+    parse = lambda text: {m["name"]: (m["op"], m["arg"]) for m in map(STEP.match, text.split("; "))}  # noqa: E731
+    first, second = parse(a), parse(b)
+    if first.keys() != second.keys():
+        return False
+    for name, (op, arg) in first.items():
+        other_op, other_arg = second[name]
+        if op != other_op or (arg != other_arg and not (op in "x/" and abs(math.log(float(arg) / float(other_arg))) < 0.03)):
+            return False
+    return True
+
+
+def repeats(store: Store, exps: list) -> dict:
+    """Of the experiments right after a keep, those that repeat its steps."""
+    sites = {"train.py": find_sites(store.read_file(exps[0].commit, "train.py"))}  # the kinds, by name
+    after = [(kept, nxt) for kept, nxt in zip(exps, exps[1:]) if kept.record["status"] == "keep"]
+    return {"after_keep": len(after),
+            "repeated": sum(same_steps(steps_of(k.record.get("description") or "", sites),
+                                       steps_of(n.record.get("description") or "", sites)) for k, n in after)}
+
+
 loops = {}
 for repo in sorted(root.iterdir()):
     store = Store(repo)
@@ -88,6 +115,7 @@ for repo in sorted(root.iterdir()):
     seen = {}  # commit -> its constants, read once for both
     entry["moves"] = move_windows(store, exps[1:], seen)
     entry["largest_moves"] = largest_moves(store, exps[1:], seen)
+    entry["repeats"] = repeats(store, exps)
     capped = [sum("max_move_factor" in a["error"] for a in r.get("attempts") or []) for r in recs[1:]]
     entry["capped_tries"] = [sum(capped[i:i + 50]) for i in range(0, len(capped), 50)]  # refused by the cap
     entry["avoided"] = [len(crashed_constants(store, exps[i:0:-1])) for i in range(50, len(exps), 50)]

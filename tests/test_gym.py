@@ -187,6 +187,8 @@ def test_bench_research_end_to_end(tmp_path):
             got = snap[f"{policy}-seed{r['seed']}"]
             assert got["experiments"] == 8 and got["best_final"] == r["best"][-1]
             assert got["windows"][0]["mean_reward"] == pytest.approx(statistics.fmean(r["rewards"][1:]))
+            # every keep but the last experiment's is followed by one; no search here repeats a step
+            assert got["repeats"] == {"after_keep": r["statuses"][1:-1].count("keep"), "repeated": 0}
     # the move sizes, read off the commits: random search multiplies by factors in [1/3, 3]
     # (an int rounded to its alignment or divisor may land just beyond)
     moves = snap["random-seed0"]["moves"][0]
