@@ -199,6 +199,7 @@ def test_a_momentum_teacher_repeats_the_kept_newest_steps_copied_off_their_line(
     """With momentum, an example whose newest past experiment is a keep answers with that
     keep's steps, character for character (the rest answer as the random policy); the kept
     steps are what moved best to the files shown; every reply still applies to them."""
+    from gitresearch.policies.imitation import kept_steps
     from gitresearch.policies.moves import find_moves, moved
 
     config, source = load(TARGET), (TARGET / "train.py").read_text()
@@ -210,8 +211,10 @@ def test_a_momentum_teacher_repeats_the_kept_newest_steps_copied_off_their_line(
     for ex in pairs:
         newest = ex.prompt.split("newest first)\n")[1].split("\n")[0]
         if " keep " not in newest:
+            assert kept_steps(ex.prompt) is None
             continue
         kept = newest.split(" | Moves: ")[1]
+        assert kept_steps(ex.prompt) == kept
         shown = {"train.py": find_sites(ex.before, skip)}
         try:
             rewrite_moved(ex.before, kept, shown, moved)

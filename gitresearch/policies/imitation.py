@@ -98,6 +98,14 @@ def reply_text(path: str, before: str, after: str, changes, make_diff: Callable[
     return f"Description: {described(changes)}\n{fence(diff, 'diff')}\n"
 
 
+def kept_steps(prompt: str) -> str | None:
+    """The steps of a compact prompt's newest past experiment when it was kept (what a
+    momentum teacher repeats), else None."""
+    newest = prompt.split("newest first)\n", 1)[-1].split("\n", 1)[0]
+    match = re.fullmatch(r"#\d+ keep .* \| " + re.escape(MOVES_PREFIX) + r" (.+)", newest)
+    return match.group(1) if match else None
+
+
 def moves_text(changes) -> str:
     return f"{MOVES_PREFIX} {'; '.join(step_for(site, new) for site, new in changes)}\n"
 

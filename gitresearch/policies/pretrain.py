@@ -24,7 +24,8 @@ from typing import Callable
 import torch
 
 from .constants import find_sites, log_moves, move_summary
-from .imitation import WANDER_STEPS, Example, examples
+from .imitation import WANDER_STEPS, Example, examples, kept_steps
+from .moves import find_moves
 from .ppo import render_chat
 from .reply import parse_reply
 from . import InvalidReply
@@ -178,7 +179,7 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
 def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[str, str], str], dict[str, str]],
                 make_diff: Callable[[str, str, str], str], samples: int, temperature: float = 0.7,
                 seed: int = 0, skip: tuple[str, ...] = (), metric: str = "val_bpb",
-                tries: tuple[int, ...] = (0,), wander: int = 0, reply: str = "diff") -> dict:
+                tries: tuple[int, ...] = (0,), wander: int = 0, reply: str = "diff", momentum: float = 0.0) -> dict:
     """Sample replies to compact prompts of `files` (made-up histories, after a number of
     failed tries drawn from `tries`: (0,) is a first try; with `wander`, the files first
     moved by up to that many random steps, as the loop's keeps move best) and count those
@@ -187,7 +188,9 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
     many valid replies needed a repair, how many of the valid diffs are distinct, how many
     constants a valid reply changes on average, and how far it moves them: the median
     |ln(new / old)| over the positive numbers changed, and the share beyond the factor 3 that
-    bounds the random policy's (and so the imitation data's) moves."""
+    bounds the random policy's (and so the imitation data's) moves. With `momentum`, that share
+    of the prompts is of imitation.py's momentum teacher: `repeat_asked` counts those whose
+    teacher repeats the kept newest steps, `repeated` the replies that do."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from ..proposal import InvalidProposal
@@ -202,14 +205,15 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
         if drawn >= 20 * samples:
             raise ValueError(f"{len(cases)} of {drawn} imitation prompts fit the model's window of {window} positions")
         batch = examples(files, rng, make_diff, samples - len(cases), skip, metric=metric, wander=wander, tries=tries,
-                         reply=reply)
+                         reply=reply, momentum=momentum)
         drawn += len(batch)
-        cases += [({**files, e.path: e.before}, e.messages) for e in batch if encode(tokenizer, e, window)]
+        cases += [({**files, e.path: e.before}, e.messages, kept if (kept := kept_steps(e.prompt)) == find_moves(e.reply) else None)
+                  for e in batch if encode(tokenizer, e, window)]
     torch.manual_seed(seed)
     counts = {"valid": 0, "repaired": 0, "no_diff": 0, "does_not_apply": 0, "does_not_parse": 0,
-              "no_constant_changed": 0}
+              "no_constant_changed": 0, "repeat_asked": 0, "repeated": 0}
     diffs, changed, moves = set(), 0, []
-    for shown, prompt in cases:
+    for shown, prompt, repeat in cases:
         ids = tokenizer(render_chat(tokenizer, prompt), add_special_tokens=False, return_tensors="pt")["input_ids"]
         # a reply runs to the end of the model's window at most (a prompt with two failed tries
         # leaves less than 384 positions; a reply that long has failed anyway)
@@ -219,6 +223,8 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=generation)
         text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        counts["repeat_asked"] += repeat is not None
+        counts["repeated"] += repeat is not None and find_moves(text) == repeat
         try:
             _, diff = parse_reply(text, shown, make_diff,
                                   {p: find_sites(src, skip, metric=metric) for p, src in shown.items()})
@@ -287,4 +293,6 @@ def check_repo(store, config, model_dir: Path, settings: PretrainConfig = Pretra
             # the prompt of a retry: the loop's 2nd and 3rd tries show the failed ones with their errors
             "sampled_after_failure": valid_share(*common, tries=(1, 2), **form),
             # best after the loop's keeps have moved it: values the model cannot have memorised
-            "sampled_moved": valid_share(*common, wander=WANDER_STEPS, **form)}
+            "sampled_moved": valid_share(*common, wander=WANDER_STEPS, **form),
+            # the newest past experiment kept, to a model taught momentum: does it repeat the steps?
+            **({"sampled_after_keep": valid_share(*common, momentum=1.0, **form)} if settings.momentum else {})}
