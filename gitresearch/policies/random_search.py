@@ -17,12 +17,12 @@ FACTOR_RANGE = (1 / 3, 3.0)  # floats are multiplied by a log-uniform factor in 
 MAX_TRIES = 200  # attempts to find a diff never proposed before
 
 
-def mutate(value, rng: random.Random):
+def mutate(value, rng: random.Random, factors: tuple[float, float] = FACTOR_RANGE):
     if isinstance(value, bool):
         return not value
     if value == 0:
         return None  # a zero has no scale to sample around
-    factor = math.exp(rng.uniform(math.log(FACTOR_RANGE[0]), math.log(FACTOR_RANGE[1])))
+    factor = math.exp(rng.uniform(math.log(factors[0]), math.log(factors[1])))
     if isinstance(value, float) and 0 < value < 1:  # a momentum, beta or share stays in (0, 1)
         odds = value / (1 - value) * factor
         return float(f"{odds / (1 + odds):.3g}")
@@ -34,12 +34,13 @@ def mutate(value, rng: random.Random):
     return float(f"{value * factor:.3g}")
 
 
-def mutate_site(site, rng: random.Random):
-    """A new value for the site: an exponent moves by one or two steps (2**10 -> 2**11, never
-    2**30), a shape-like int stays a multiple of its alignment."""
+def mutate_site(site, rng: random.Random, factors: tuple[float, float] = FACTOR_RANGE):
+    """A new value for the site (a number by a log-uniform factor within `factors`): an
+    exponent moves by one or two steps (2**10 -> 2**11, never 2**30), a shape-like int stays
+    a multiple of its alignment."""
     if site.kind == "exponent" and isinstance(site.value, int):
         return max(0, site.value + rng.choice((-2, -1, 1, 2)))
-    new = mutate(site.value, rng)
+    new = mutate(site.value, rng, factors)
     if new is not None and site.align > 1:
         new = max(site.align, round(new / site.align) * site.align)
     return new
@@ -75,11 +76,12 @@ def keep_relations(changes: list, sites: list, relations) -> list:
     return [(by_name[n], value[n]) for n in sorted(changed, key=list(by_name).index) if value[n] != old[n]]
 
 
-def random_changes(sites: list, rng: random.Random, relations=(), most: int = 3) -> list:
+def random_changes(sites: list, rng: random.Random, relations=(), most: int = 3,
+                   factors: tuple[float, float] = FACTOR_RANGE) -> list:
     """One to `most` of the sites, each with a mutated value: [(site, new value)], keeping
     the divisor relations (constants.relations) that hold now."""
     chosen = rng.sample(sites, k=min(len(sites), rng.randint(1, most)))
-    changes = [(s, new) for s in chosen if (new := mutate_site(s, rng)) is not None]
+    changes = [(s, new) for s in chosen if (new := mutate_site(s, rng, factors)) is not None]
     return keep_relations(changes, sites, relations) if relations else changes
 
 
