@@ -241,6 +241,23 @@ def test_the_copy_weight_falls_on_the_old_values_and_the_removed_line_only(tmp_p
         assert added in plain and "Description:" in plain and "@@" in plain
 
 
+def test_in_the_moves_form_the_copy_weight_falls_on_the_constant_names_only(tmp_path):
+    from gitresearch.policies.pretrain import encode, train_tokenizer
+
+    _, store = empty_repo(tmp_path)
+    source = (TARGET / "train.py").read_text()
+    pairs = examples({"train.py": source}, random.Random(4), store.make_diff, 30, ("CURVE_POINTS",), max_changes=3,
+                     reply="moves", tries=(0,))
+    tokenizer = train_tokenizer([e.prompt + e.reply for e in pairs], 400, digits=True)
+    for e in pairs:
+        ids, labels, weights = encode(tokenizer, e, 4096, copy_weight=5.0)
+        reply = [(i, w) for i, lab, w in zip(ids, labels, weights) if lab != -100]
+        weighted = tokenizer.decode([i for i, w in reply if w == 5.0])
+        names = [step.split()[0] for step in e.reply.removeprefix("Moves: ").strip().split("; ")]
+        # the names, nothing else (a name's first token carries the space before it)
+        assert weighted.replace(" ", "") == "".join(names), (weighted, e.reply)
+
+
 def test_a_digit_tokenizer_gives_every_digit_its_own_token_and_decodes_exactly(tmp_path):
     from gitresearch.policies.pretrain import train_tokenizer
 

@@ -60,11 +60,14 @@ class PretrainConfig:
 # tokens are where a small model fails (it writes the baseline's value where best moved)
 DESCRIBED_OLD = re.compile(r"(?:^Description: |; )\S+ (.+?) -> ", re.MULTILINE)
 REMOVED_LINE = re.compile(r"^-(?!--)(.*)$", re.MULTILINE)
+# a Moves line's constant names: copied from the prompt's view, and where a small model fails
+# in this form (it glues name pieces it has seen: MUON_ + BETAS[0], a constant not shown)
+MOVED_NAME = re.compile(r"(?:^Moves: |; )([A-Za-z_]\w*(?:\[\d+\])?)", re.MULTILINE)
 
 
 def copied_spans(reply: str) -> list[tuple[int, int]]:
     """(start, end) character spans of the reply that copy its prompt."""
-    return [m.span(1) for pattern in (DESCRIBED_OLD, REMOVED_LINE) for m in pattern.finditer(reply)]
+    return [m.span(1) for pattern in (DESCRIBED_OLD, REMOVED_LINE, MOVED_NAME) for m in pattern.finditer(reply)]
 
 
 def train_tokenizer(texts: list[str], vocab_size: int, digits: bool = False):
