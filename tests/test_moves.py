@@ -43,6 +43,7 @@ def values(text: str, tmp_path) -> tuple[dict, str]:
     ("Moves: DEPTH +2; LR x0.5", {"DEPTH": 6, "LR": 0.00251}),
     ("Moves: BETAS[1] x2", {"BETAS[1]": 0.974}),  # odds 19 -> 38: a beta stays below 1
     ("Moves: BETAS[1] x100", {"BETAS[1]": 0.999}),
+    ("Moves: BETAS[1] x1e6", {"BETAS[1]": 0.9999999}),  # not 1.0: the digits that keep it below 1
     ("Moves: BETAS[0] /4", {"BETAS[0]": 0.5}),
     ("Moves: TEMP x2", {"TEMP": 3.0}),  # above 1: the value itself
     ("Moves: DEPTH -3", {"DEPTH": 1}),

@@ -46,8 +46,8 @@ def test_rewrite_keeps_everything_else():
 def test_mutations_stay_sensible():
     rng = random.Random(0)
     for _ in range(500):
-        beta = mutate(0.95, rng)
-        assert 0 < beta < 1 and beta != 0.95 or beta == 0.95  # a share stays a share
+        for share in (0.95, 0.999, 0.001):
+            assert 0 < mutate(share, rng) < 1  # a share stays a share (0.999 x3 is not 1.0)
         assert mutate(1, rng) >= 1 and mutate(4, rng) != 4
         assert 0.02 / 3 - 1e-9 <= mutate(0.02, rng) <= 0.02 * 3 + 1e-9
     assert mutate(True, rng) is False and mutate(0, rng) is None
@@ -143,3 +143,15 @@ def test_the_random_policy_never_touches_a_dead_branch():
             for change in proposal.data["changes"]:
                 assert dead.get(change["name"]) != change["old"], change
                 assert change["name"] not in ("DEPTH[0]", "DEPTH[1]")  # one live literal, no index
+
+
+def test_random_changes_never_leave_a_value_where_it_was():
+    # 1 stepped down stays 1, an aligned 64 rounds back to 64, 0.9 x1.01 is 0.9: such a change
+    # would show as `ONE 1 -> 1` (a step `-0`) in a made-up past experiment
+    from gitresearch.policies.random_search import random_changes
+    source = "ONE = 1\nBETA = 0.9\nWIDTH = 64\n"
+    sites = find_sites(source)
+    rng = random.Random(0)
+    drawn = [change for _ in range(400) for change in random_changes(sites, rng, most=3, factors=(0.5, 2))]
+    assert {site.name for site, _ in drawn} == {"ONE", "BETA", "WIDTH"}
+    assert all(new != site.value for site, new in drawn)

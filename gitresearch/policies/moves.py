@@ -18,7 +18,8 @@ writes 0.974), and a small value moves almost by the factor itself (`MATRIX_LR x
 writes 0.00995). Without this a model wrote `ADAM_BETAS[1] x1.06` on 0.95, a beta above 1,
 in 2 of its first 8 experiments.
 
-The harness rounds as the random policy does: a float to 3 significant digits, an int to an
+The harness rounds as the random policy does: a float to 3 significant digits (a float in
+(0, 1) to as many more as keep it inside: `x1e6` on 0.95 writes 0.9999999, not 1.0), an int to an
 int (at least 1 if it was positive), a shape-like int to a multiple of its alignment. It also
 keeps the file's divisor relations (random_search.keep_relations): a WIDTH moved off a multiple
 of HEAD_DIM rounds back to one. The result is an ordinary unified diff that goes through the
@@ -34,7 +35,7 @@ from typing import Callable
 
 from . import InvalidReply
 from .constants import Site, described, relations, rewrite
-from .random_search import keep_relations
+from .random_search import keep_relations, share_of_odds
 
 MOVES_PREFIX = "Moves:"  # what the imitation data writes; MOVES_LINE reads it in any case and spacing
 MOVES_LINE = re.compile(r"^\W*moves\W*:(?P<text>.*)$", re.IGNORECASE | re.MULTILINE)
@@ -93,7 +94,9 @@ def new_value(site: Site, op: str, arg: str, step: str):
         factor = number if op in "x*" else 1 / number
         if isinstance(site.value, float) and 0 < site.value < 1:  # a share, momentum or rate: its odds move
             odds = site.value / (1 - site.value) * factor
-            return _rounded(site, odds / (1 + odds), step)
+            if not math.isfinite(odds):
+                raise InvalidReply(f"the step `{step}` takes {site.name} beyond any finite number", step)
+            return share_of_odds(odds)
         return _rounded(site, site.value * factor, step)
     if isinstance(site.value, int) and number != int(number):
         raise InvalidReply(f"{site.name} is an int: add a whole number, not {arg}", step)

@@ -17,6 +17,18 @@ FACTOR_RANGE = (1 / 3, 3.0)  # floats are multiplied by a log-uniform factor in 
 MAX_TRIES = 200  # attempts to find a diff never proposed before
 
 
+def share_of_odds(odds: float) -> float:
+    """odds / (1 + odds) to 3 significant digits, or as many more as keep it inside (0, 1):
+    0.999 with its odds x3 is 0.999667, not 1.0 (a beta of 1 that the next move would
+    multiply as a plain float, past 1)."""
+    share = odds / (1 + odds)
+    for digits in range(3, 17):
+        rounded = float(f"{share:.{digits}g}")
+        if 0 < rounded < 1:
+            return rounded
+    return min(max(share, math.nextafter(0, 1)), math.nextafter(1, 0))  # odds beyond a float's digits
+
+
 def mutate(value, rng: random.Random, factors: tuple[float, float] = FACTOR_RANGE):
     if isinstance(value, bool):
         return not value
@@ -24,8 +36,7 @@ def mutate(value, rng: random.Random, factors: tuple[float, float] = FACTOR_RANG
         return None  # a zero has no scale to sample around
     factor = math.exp(rng.uniform(math.log(factors[0]), math.log(factors[1])))
     if isinstance(value, float) and 0 < value < 1:  # a momentum, beta or share stays in (0, 1)
-        odds = value / (1 - value) * factor
-        return float(f"{odds / (1 + odds):.3g}")
+        return share_of_odds(value / (1 - value) * factor)
     if isinstance(value, int):
         new = round(value * factor)
         if new == value:  # small ints: step by one in the sampled direction
@@ -79,9 +90,11 @@ def keep_relations(changes: list, sites: list, relations) -> list:
 def random_changes(sites: list, rng: random.Random, relations=(), most: int = 3,
                    factors: tuple[float, float] = FACTOR_RANGE) -> list:
     """One to `most` of the sites, each with a mutated value: [(site, new value)], keeping
-    the divisor relations (constants.relations) that hold now."""
+    the divisor relations (constants.relations) that hold now. A site whose mutation rounds
+    back to its value (1 stepped down, an aligned int, a float at 3 digits) is left out: a
+    made-up past experiment `HEAD_DIM 64 -> 64` would teach a step of x1."""
     chosen = rng.sample(sites, k=min(len(sites), rng.randint(1, most)))
-    changes = [(s, new) for s in chosen if (new := mutate_site(s, rng, factors)) is not None]
+    changes = [(s, new) for s in chosen if (new := mutate_site(s, rng, factors)) not in (None, s.value)]
     return keep_relations(changes, sites, relations) if relations else changes
 
 
