@@ -200,7 +200,6 @@ def test_a_momentum_teacher_repeats_the_kept_newest_steps_copied_off_their_line(
     """With momentum, an example whose newest past experiment is a keep answers with that
     keep's steps, character for character (the rest answer as the random policy); the kept
     steps are what moved best to the files shown; every reply still applies to them."""
-    from gitresearch.policies.imitation import kept_steps
     from gitresearch.policies.moves import find_moves, moved
 
     config, source = load(TARGET), (TARGET / "train.py").read_text()
@@ -212,18 +211,17 @@ def test_a_momentum_teacher_repeats_the_kept_newest_steps_copied_off_their_line(
     for ex in pairs:
         newest = ex.prompt.split("newest first)\n")[1].split("\n")[0]
         if " keep " not in newest:
-            assert kept_steps(ex.prompt) is None
+            assert ex.repeats is None
             continue
         kept = newest.split(" | Moves: ")[1]
-        assert kept_steps(ex.prompt) == kept
         shown = {"train.py": find_sites(ex.before, skip)}
         try:
             rewrite_moved(ex.before, kept, shown, moved)
         except InvalidReply:  # the steps round to no change from here: a fresh move instead
-            assert ex.reply != f"Moves: {kept}\n"
+            assert ex.reply != f"Moves: {kept}\n" and ex.repeats is None
             continue
         repeats += 1
-        assert ex.reply == f"Moves: {kept}\n"
+        assert ex.reply == f"Moves: {kept}\n" and ex.repeats == kept
         # undo the keep: the values before it, moved by its steps, give the file shown
         for change in newest.split(": ", 1)[1].split(" | ")[0].split("; "):
             name, old, new = re.fullmatch(r"(\S+) (\S+) -> (\S+)", change).groups()

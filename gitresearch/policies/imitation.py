@@ -74,6 +74,7 @@ class Example:
     before: str  # its text the prompt shows
     after: str  # its text once the reply's diff is applied
     retries: tuple[dict, ...] = ()  # failed tries fed back after the prompt (assistant, user)
+    repeats: str | None = None  # the kept newest experiment's steps the reply repeats (momentum)
 
     @property
     def messages(self) -> list[dict]:
@@ -96,14 +97,6 @@ def plain_diff(git_diff: str) -> str:
 def reply_text(path: str, before: str, after: str, changes, make_diff: Callable[..., str]) -> str:
     diff = plain_diff(make_diff(path, before, after, context_lines=REPLY_CONTEXT))
     return f"Description: {described(changes)}\n{fence(diff, 'diff')}\n"
-
-
-def kept_steps(prompt: str) -> str | None:
-    """The steps of a compact prompt's newest past experiment when it was kept (what a
-    momentum teacher repeats), else None."""
-    newest = prompt.split("newest first)\n", 1)[-1].split("\n", 1)[0]
-    match = re.fullmatch(r"#\d+ keep .* \| " + re.escape(MOVES_PREFIX) + r" (.+)", newest)
-    return match.group(1) if match else None
 
 
 def moves_text(changes) -> str:
@@ -197,23 +190,28 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
                 continue
             current[path] = rewrite(current[path], kept)
         sites = {path: live(current[path]) for path in paths}
+        def told(changes) -> tuple[str, str | None]:  # a past experiment's description and steps
+            description = described(changes)
+            return description, steps_of(description, sites) if reply == "moves" else None
+
         # made-up past experiments: the model learns to read past them, not to trust them
         history, number = [], rng.randint(1, 300)
-        for k in range(rng.randint(1 if repeat else 0, MAX_HISTORY)):
+        if repeat:  # the newest one: the keep whose steps the reply repeats
+            history.append(history_line(number, "keep", round(rng.uniform(1.5, 4.0), 6),
+                                        round(rng.uniform(-0.05, -0.001), 6), *told(kept)))
+        for k in range(len(history), rng.randint(len(history), MAX_HISTORY)):
             # with a momentum teacher a kept newest experiment always means "repeat it"
-            status = "keep" if k == 0 and repeat else rng.choice(STATUSES[1:] if k == 0 and momentum else STATUSES)
+            status = rng.choice(STATUSES[1:] if k == 0 and momentum else STATUSES)
             value = None if status in UNMEASURED else round(rng.uniform(1.5, 4.0), 6)
-            delta = None if value is None else round(rng.uniform(-0.05, -0.001) if repeat and k == 0
-                                                     else rng.uniform(-0.05, 0.5), 6)
-            line_path = rng.choice(paths)
-            description = described(kept if repeat and k == 0 else random_changes(sites[line_path], rng))
-            steps = steps_of(description, sites) if reply == "moves" else None
-            history.append(history_line(number - k, status, value, delta, description, steps))
-        text = None
+            delta = None if value is None else round(rng.uniform(-0.05, 0.5), 6)
+            changes = random_changes(sites[rng.choice(paths)], rng)
+            history.append(history_line(number - k, status, value, delta, *told(changes)))
+        text = repeats = None
         if repeat:  # the kept steps again, as the harness applies them to `current`
             text = moves_text(kept)
             try:
                 changes = moved(find_moves(text), current, sites)[1]
+                repeats = find_moves(text)
             except InvalidReply:  # they round to no change here: the example shows a fresh move
                 text = None
         if text is None:
@@ -240,5 +238,5 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
             continue
         retries = [m for _ in range(rng.choice(tries)) for m in compact_retry(*failed(rng.choice(FAILURES)), reply)]
         out.append(Example(compact_prompt(current, sites, history, metric, reply), text, path, current[path], after,
-                           tuple(retries)))
+                           tuple(retries), repeats))
     return out

@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 
 from .constants import find_sites, log_moves, move_summary
-from .imitation import WANDER_STEPS, Example, examples, kept_steps
+from .imitation import WANDER_STEPS, Example, examples
 from .moves import find_moves
 from .ppo import render_chat
 from .reply import parse_reply
@@ -210,8 +210,7 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
         batch = examples(files, rng, make_diff, samples - len(cases), skip, metric=metric, wander=wander, tries=tries,
                          reply=reply, momentum=momentum)
         drawn += len(batch)
-        cases += [({**files, e.path: e.before}, e.messages, kept if (kept := kept_steps(e.prompt)) == find_moves(e.reply) else None)
-                  for e in batch if encode(tokenizer, e, window)]
+        cases += [({**files, e.path: e.before}, e.messages, e.repeats) for e in batch if encode(tokenizer, e, window)]
     torch.manual_seed(seed)
     counts = {"valid": 0, "repaired": 0, "no_diff": 0, "does_not_apply": 0, "does_not_parse": 0,
               "no_constant_changed": 0, "repeat_asked": 0, "repeated": 0}
