@@ -240,3 +240,10 @@ def rewrite_moved(text: str, steps: str, shown: dict, moved) -> str:
     from gitresearch.policies.constants import rewrite
 
     return rewrite(text, moved(steps, {"train.py": text}, shown)[1])
+
+
+def test_step_names_are_the_constants_of_the_steps_that_read():
+    from gitresearch.policies.moves import step_names
+    assert step_names("MATRIX_LR x2; DEPTH +1, ADAM_BETAS[1] = 0.9") == {"MATRIX_LR", "DEPTH", "ADAM_BETAS[1]"}
+    assert step_names("MATRIX_LR twice; ADAM_BETAS[0 x2; ; HEAD_DIM /2") == {"HEAD_DIM"}
+    assert step_names("") == set()

@@ -103,6 +103,12 @@ def new_value(site: Site, op: str, arg: str, step: str):
     return _rounded(site, site.value + number if op == "+" else site.value - number, step)
 
 
+def step_names(text: str) -> set[str]:
+    """The constants a Moves line's readable steps name (`MATRIX_LR x2; DEPTH +1` names
+    MATRIX_LR and DEPTH; a step that does not read names nothing)."""
+    return {m["name"] for step in re.split(r"[;,]", text) if (m := STEP.match(step.strip()))}
+
+
 def moved(text: str, files: dict[str, str], sites: dict[str, list[Site]]) -> tuple[str, list[tuple[Site, object]]]:
     """(path, [(site, new value)]) that a moves reply's text (find_moves) asks for, with the
     divisor relations kept; InvalidReply says which step failed and why. All the steps change

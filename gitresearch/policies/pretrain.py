@@ -25,7 +25,7 @@ import torch
 
 from .constants import find_sites, log_moves, move_summary
 from .imitation import WANDER_STEPS, Example, examples
-from .moves import find_moves
+from .moves import find_moves, step_names
 from .ppo import render_chat
 from .reply import parse_reply
 from . import InvalidReply
@@ -193,7 +193,8 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
     |ln(new / old)| over the positive numbers changed, and the share beyond the factor 3 that
     bounds the random policy's (and so the imitation data's) moves. With `momentum`, that share
     of the prompts is of imitation.py's momentum teacher: `repeat_asked` counts those whose
-    teacher repeats the kept newest steps, `repeated` the replies that do."""
+    teacher repeats the kept newest steps, `repeated` the replies that do, `named_kept` those
+    that move at least one constant the kept steps moved (in any step or by any factor)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from ..proposal import InvalidProposal
@@ -213,7 +214,8 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
         cases += [({**files, e.path: e.before}, e.messages, e.repeats) for e in batch if encode(tokenizer, e, window)]
     torch.manual_seed(seed)
     counts = {"valid": 0, "repaired": 0, "no_diff": 0, "does_not_apply": 0, "does_not_parse": 0,
-              "no_constant_changed": 0, "repeat_asked": 0, "repeated": 0}
+              "no_constant_changed": 0, "repeat_asked": 0, "repeated": 0,
+              "named_kept": 0}
     diffs, changed, moves = set(), 0, []
     for shown, prompt, repeat in cases:
         ids = tokenizer(render_chat(tokenizer, prompt), add_special_tokens=False, return_tensors="pt")["input_ids"]
@@ -227,6 +229,7 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
         text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
         counts["repeat_asked"] += repeat is not None
         counts["repeated"] += repeat is not None and find_moves(text) == repeat
+        counts["named_kept"] += repeat is not None and bool(step_names(find_moves(text) or "") & step_names(repeat))
         try:
             _, diff = parse_reply(text, shown, make_diff,
                                   {p: find_sites(src, skip, metric=metric) for p, src in shown.items()})
