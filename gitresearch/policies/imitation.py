@@ -116,7 +116,7 @@ def failed_moves(kind: str, path: str, source: str, change, sites: list[Site],
     elif kind == "already_tried":
         other = rng.choice(sites)
         value = mutate_site(other, rng)
-        if value is not None and value != other.value:
+        if value is not None:
             return moves_text([(other, value)]), ALREADY_TRIED.format(rng.randint(1, 300))
         reply = ""
     else:
@@ -136,7 +136,7 @@ def failed_try(kind: str, path: str, source: str, change, sites: list[Site], rng
     site, new = change
     if kind == "stale":  # the intended change, copied from a line with another value
         wrong = mutate_site(site, rng)
-        if wrong not in (None, site.value, new):
+        if wrong not in (None, new):
             stale = rewrite(source, [(site, wrong)])
             reply = reply_text(path, stale, rewrite(source, [change]), [(site, new)], make_diff)
             return reply, (f"the diff does not apply to {rng.getrandbits(48):012x}: error: patch failed: "
@@ -190,6 +190,7 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
                 continue
             current[path] = rewrite(current[path], kept)
         sites = {path: live(current[path]) for path in paths}
+
         def told(changes) -> tuple[str, str | None]:  # a past experiment's description and steps
             description = described(changes)
             return description, steps_of(description, sites) if reply == "moves" else None
@@ -211,9 +212,10 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
             text = moves_text(kept)
             try:
                 changes = moved(find_moves(text), current, sites)[1]
-                repeats = find_moves(text)
             except InvalidReply:  # they round to no change here: the example shows a fresh move
                 text = None
+            else:
+                repeats = find_moves(text)
         if text is None:
             path = rng.choice(paths)
             if max_changes > 1:

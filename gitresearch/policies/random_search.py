@@ -48,13 +48,16 @@ def mutate(value, rng: random.Random, factors: tuple[float, float] = FACTOR_RANG
 def mutate_site(site, rng: random.Random, factors: tuple[float, float] = FACTOR_RANGE):
     """A new value for the site (a number by a log-uniform factor within `factors`): an
     exponent moves by one or two steps (2**10 -> 2**11, never 2**30), a shape-like int stays
-    a multiple of its alignment."""
+    a multiple of its alignment. None where there is none, or where the mutation rounds back
+    to the value (1 stepped down, an aligned int, a float at 3 digits): a made-up past
+    experiment `HEAD_DIM 64 -> 64` would teach a step of x1."""
     if site.kind == "exponent" and isinstance(site.value, int):
-        return max(0, site.value + rng.choice((-2, -1, 1, 2)))
-    new = mutate(site.value, rng, factors)
-    if new is not None and site.align > 1:
-        new = max(site.align, round(new / site.align) * site.align)
-    return new
+        new = max(0, site.value + rng.choice((-2, -1, 1, 2)))
+    else:
+        new = mutate(site.value, rng, factors)
+        if new is not None and site.align > 1:
+            new = max(site.align, round(new / site.align) * site.align)
+    return None if new == site.value else new
 
 
 def divisors_near(n: int, target: float) -> int:
@@ -90,11 +93,10 @@ def keep_relations(changes: list, sites: list, relations) -> list:
 def random_changes(sites: list, rng: random.Random, relations=(), most: int = 3,
                    factors: tuple[float, float] = FACTOR_RANGE) -> list:
     """One to `most` of the sites, each with a mutated value: [(site, new value)], keeping
-    the divisor relations (constants.relations) that hold now. A site whose mutation rounds
-    back to its value (1 stepped down, an aligned int, a float at 3 digits) is left out: a
-    made-up past experiment `HEAD_DIM 64 -> 64` would teach a step of x1."""
+    the divisor relations (constants.relations) that hold now; a site with no new value
+    (mutate_site) is left out."""
     chosen = rng.sample(sites, k=min(len(sites), rng.randint(1, most)))
-    changes = [(s, new) for s in chosen if (new := mutate_site(s, rng, factors)) not in (None, s.value)]
+    changes = [(s, new) for s in chosen if (new := mutate_site(s, rng, factors)) is not None]
     return keep_relations(changes, sites, relations) if relations else changes
 
 
