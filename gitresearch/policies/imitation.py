@@ -23,10 +23,11 @@ In the moves form each made-up past experiment shows its steps as the loop's com
 shows them (`... : MATRIX_LR 0.005 -> 0.0104 | Moves: MATRIX_LR x2.08`, moves.steps_of). With
 `momentum` > 0 a teacher that reads the history writes that share of the replies: the newest
 past experiment was kept (its steps moved best to the files shown), and the reply repeats its
-steps, copied off its line; a newest line that is not a keep gets a random move. Repeating a
+steps with one word, `Moves: again` (moves.py); a newest line that is not a keep gets a random
+move. Repeating a
 kept step until it stops paying is the one history-reading rule that beat random search on the
-gym's surrogate (benchmarks/gym_headroom.py, docs/gym.md); a model copies a step more
-easily than it divides two values.
+gym's surrogate (benchmarks/gym_headroom.py, docs/gym.md). Teachers that copied the steps
+themselves taught small models the names and not the factors' digits (docs/gym.md).
 
 Some examples first show one or two failed tries fed back as the loop feeds them back on a
 retry (prompt.compact_retry: the failed reply, then "Rejected: <error>"): an empty reply, a
@@ -47,7 +48,7 @@ from typing import Callable
 from ..proposal import ALREADY_TRIED
 from .constants import Site, described, find_sites, relations, rewrite
 from . import InvalidReply
-from .moves import MOVES_PREFIX, find_moves, moved, step_for, steps_of
+from .moves import AGAIN, MOVES_PREFIX, find_moves, moved, step_for, steps_of
 from .prompt import compact_prompt, compact_retry, fence, history_line
 from .random_search import mutate_site, random_changes
 from .reply import parse_reply
@@ -75,6 +76,7 @@ class Example:
     after: str  # its text once the reply's diff is applied
     retries: tuple[dict, ...] = ()  # failed tries fed back after the prompt (assistant, user)
     repeats: str | None = None  # the kept newest experiment's steps the reply repeats (momentum)
+    kept: str | None = None  # the newest kept line's steps: what a reply's `again` repeats
 
     @property
     def messages(self) -> list[dict]:
@@ -196,26 +198,30 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
             return description, steps_of(description, sites) if reply == "moves" else None
 
         # made-up past experiments: the model learns to read past them, not to trust them
-        history, number = [], rng.randint(1, 300)
+        history, number, kept_steps = [], rng.randint(1, 300), None
         if repeat:  # the newest one: the keep whose steps the reply repeats
+            description, kept_steps = told(kept)
             history.append(history_line(number, "keep", round(rng.uniform(1.5, 4.0), 6),
-                                        round(rng.uniform(-0.05, -0.001), 6), *told(kept)))
+                                        round(rng.uniform(-0.05, -0.001), 6), description, kept_steps))
         for k in range(len(history), rng.randint(len(history), MAX_HISTORY)):
             # with a momentum teacher a kept newest experiment always means "repeat it"
             status = rng.choice(STATUSES[1:] if k == 0 and momentum else STATUSES)
             value = None if status in UNMEASURED else round(rng.uniform(1.5, 4.0), 6)
             delta = None if value is None else round(rng.uniform(-0.05, 0.5), 6)
             changes = random_changes(sites[rng.choice(paths)], rng)
-            history.append(history_line(number - k, status, value, delta, *told(changes)))
+            description, steps = told(changes)
+            if status == "keep" and not any(" keep " in line for line in history):
+                kept_steps = steps
+            history.append(history_line(number - k, status, value, delta, description, steps))
         text = repeats = None
-        if repeat:  # the kept steps again, as the harness applies them to `current`
-            text = moves_text(kept)
+        if repeat:  # `again`: the kept steps once more, as the harness applies them to `current`
+            text = f"{MOVES_PREFIX} {AGAIN}\n"
             try:
-                changes = moved(find_moves(text), current, sites)[1]
+                changes = moved(AGAIN, current, sites, kept_steps)[1]
             except InvalidReply:  # they round to no change here: the example shows a fresh move
                 text = None
             else:
-                repeats = find_moves(text)
+                repeats = kept_steps
         if text is None:
             path = rng.choice(paths)
             if max_changes > 1:
@@ -228,7 +234,7 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
         if reply == "moves":
             text = text or moves_text(changes)
             try:  # the file as the harness writes it for these steps (its rounding, relations)
-                after = rewrite(current[path], moved(find_moves(text), current, sites)[1])
+                after = rewrite(current[path], moved(find_moves(text), current, sites, kept_steps)[1])
             except InvalidReply:
                 continue
             failed = lambda kind: failed_moves(kind, path, current[path], changes[0], sites[path], rng)  # noqa: E731
@@ -240,5 +246,5 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
             continue
         retries = [m for _ in range(rng.choice(tries)) for m in compact_retry(*failed(rng.choice(FAILURES)), reply)]
         out.append(Example(compact_prompt(current, sites, history, metric, reply), text, path, current[path], after,
-                           tuple(retries), repeats))
+                           tuple(retries), repeats, kept_steps))
     return out

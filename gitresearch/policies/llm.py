@@ -14,8 +14,7 @@ from ..errors import GitresearchError
 
 from . import InvalidReply, Proposal, State
 from .backends import make_backend
-from .prompt import SYSTEM_PROMPT, prompt_for, shown_sites
-from .reply import parse_reply
+from .prompt import SYSTEM_PROMPT, prompt_for, read_reply
 
 
 def load_system_prompt(root: Path, path: str) -> str:
@@ -80,7 +79,7 @@ class LLMPolicy:
         if suggestion:
             data["suggestion"] = {**suggestion, "followed": None}
         try:
-            description, diff = parse_reply(completion.text, state.files, self.store.make_diff, shown_sites(state))
+            description, diff = read_reply(completion.text, state, self.store.make_diff)
         except InvalidReply as err:
             raise InvalidReply(str(err), completion.text, data) from None
         if suggestion:

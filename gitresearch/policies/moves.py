@@ -5,7 +5,16 @@ the harness writes the literal.
 
 A step is `xF` or `/F` (multiply or divide by F > 0), `+K` or `-K` (add: ints and exponents),
 or `= V` (set a number or a bool). NAME is a constant the compact prompt shows (a live
-constant, constants.find_sites; `ADAM_BETAS[1]` for one literal of a tuple).
+constant, constants.find_sites; `ADAM_BETAS[1]` for one literal of a tuple). The step `again`
+stands for the steps of the change that made the current best (best_steps: best's newest
+keep, as its line in the prompt states them), applied once more: `Moves: again` pushes on in
+the direction that last paid.
+
+Why `again`: repeating a kept move's steps until they stop paying is the one history-reading
+rule that beat random search on the gym's surrogate (docs/gym.md, "How much room is there
+above random search?"). A small model taught to copy the kept steps off their history line
+copied the names and not the factors' digits (benchmarks/copy_check.py); one word states the
+repeat exactly, whatever the model's skill at copying numbers.
 
 Why: a model that writes literals writes them digit by digit, so the size of its move depends on
 the digits of the old value. Changing a last digit is a tiny move and adding a digit a huge one;
@@ -40,6 +49,7 @@ from .random_search import keep_relations, share_of_odds
 MOVES_PREFIX = "Moves:"  # what the imitation data writes; MOVES_LINE reads it in any case and spacing
 MOVES_LINE = re.compile(r"^\W*moves\W*:(?P<text>.*)$", re.IGNORECASE | re.MULTILINE)
 STEP = re.compile(r"^(?P<name>[A-Za-z_]\w*(?:\[\d+\])?)\s*(?P<op>[x*/+=-])\s*(?P<arg>\S+)$")
+AGAIN = "again"  # the step that repeats best's newest kept steps
 SMALL_INT = 16  # an int below this moves by +K/-K in the imitation data, a larger one by a factor
 # one change as constants.described names it: `MATRIX_LR 0.005 -> 0.0104`
 DESCRIBED_CHANGE = re.compile(r"^(?P<name>[A-Za-z_]\w*(?:\[\d+\])?) (?P<old>\S+) -> (?P<new>\S+)$")
@@ -109,11 +119,32 @@ def step_names(text: str) -> set[str]:
     return {m["name"] for step in re.split(r"[;,]", text) if (m := STEP.match(step.strip()))}
 
 
-def moved(text: str, files: dict[str, str], sites: dict[str, list[Site]]) -> tuple[str, list[tuple[Site, object]]]:
+def best_steps(best_chain: list[dict], sites: dict[str, list[Site]]) -> str | None:
+    """The steps of the change that made the current best (State.best_chain's newest link,
+    a keep), what the step `again` repeats; None at the baseline or where that change is not
+    stated as values (an agent's words)."""
+    if len(best_chain) < 2 or best_chain[-1].get("status") != "keep":
+        return None
+    return steps_of(best_chain[-1].get("description") or "", sites)
+
+
+def with_again(text: str, kept: str | None) -> str:
+    """The Moves line's text with each step `again` replaced by `kept` (best_steps)."""
+    steps = [s.strip() for s in re.split(r"[;,]", text) if s.strip()]
+    if not any(step.lower() == AGAIN for step in steps):
+        return text
+    if not kept:
+        raise InvalidReply(f"`{AGAIN}` repeats the steps of the change that made the current best, and best has "
+                           "none to repeat (it is the baseline, or its change is not stated as steps)", text)
+    return "; ".join(kept if step.lower() == AGAIN else step for step in steps)
+
+
+def moved(text: str, files: dict[str, str], sites: dict[str, list[Site]],
+          kept: str | None = None) -> tuple[str, list[tuple[Site, object]]]:
     """(path, [(site, new value)]) that a moves reply's text (find_moves) asks for, with the
     divisor relations kept; InvalidReply says which step failed and why. All the steps change
-    one file."""
-    steps = [s.strip() for s in re.split(r"[;,]", text) if s.strip()]
+    one file. A step `again` stands for `kept` (best_steps)."""
+    steps = [s.strip() for s in re.split(r"[;,]", with_again(text, kept)) if s.strip()]
     if not steps:
         raise InvalidReply("the Moves line is empty: write steps such as `Moves: NAME x2; OTHER +1`", text)
     by_name = {site.name: (path, site) for path, found in sites.items() for site in found}
@@ -142,9 +173,9 @@ def moved(text: str, files: dict[str, str], sites: dict[str, list[Site]]) -> tup
 
 
 def parse_moves(text: str, files: dict[str, str], sites: dict[str, list[Site]],
-                make_diff: Callable[[str, str, str], str]) -> tuple[str, str]:
+                make_diff: Callable[[str, str, str], str], kept: str | None = None) -> tuple[str, str]:
     """(description, diff) of a moves reply's text: the values written, and the diff."""
-    path, final = moved(text, files, sites)
+    path, final = moved(text, files, sites, kept)
     return described(final), make_diff(path, files[path], rewrite(files[path], final))
 
 

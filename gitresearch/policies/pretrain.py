@@ -25,7 +25,7 @@ import torch
 
 from .constants import find_sites, log_moves, move_summary
 from .imitation import WANDER_STEPS, Example, examples
-from .moves import find_moves, step_names
+from .moves import find_moves, step_names, with_again
 from .ppo import render_chat
 from .reply import parse_reply
 from . import InvalidReply
@@ -211,13 +211,13 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
         batch = examples(files, rng, make_diff, samples - len(cases), skip, metric=metric, wander=wander, tries=tries,
                          reply=reply, momentum=momentum)
         drawn += len(batch)
-        cases += [({**files, e.path: e.before}, e.messages, e.repeats) for e in batch if encode(tokenizer, e, window)]
+        cases += [({**files, e.path: e.before}, e.messages, e.repeats, e.kept) for e in batch if encode(tokenizer, e, window)]
     torch.manual_seed(seed)
     counts = {"valid": 0, "repaired": 0, "no_diff": 0, "does_not_apply": 0, "does_not_parse": 0,
               "no_constant_changed": 0, "repeat_asked": 0, "repeated": 0,
               "named_kept": 0}
     diffs, changed, moves = set(), 0, []
-    for shown, prompt, repeat in cases:
+    for shown, prompt, repeat, kept in cases:
         ids = tokenizer(render_chat(tokenizer, prompt), add_special_tokens=False, return_tensors="pt")["input_ids"]
         # a reply runs to the end of the model's window at most (a prompt with two failed tries
         # leaves less than 384 positions; a reply that long has failed anyway)
@@ -228,11 +228,13 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=generation)
         text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
         counts["repeat_asked"] += repeat is not None
-        counts["repeated"] += repeat is not None and find_moves(text) == repeat
-        counts["named_kept"] += repeat is not None and bool(step_names(find_moves(text) or "") & step_names(repeat))
+        if repeat is not None:  # `again` or the kept steps written out
+            steps = with_again(find_moves(text) or "", kept)
+            counts["repeated"] += steps == repeat
+            counts["named_kept"] += bool(step_names(steps) & step_names(repeat))
         try:
             _, diff = parse_reply(text, shown, make_diff,
-                                  {p: find_sites(src, skip, metric=metric) for p, src in shown.items()})
+                                  {p: find_sites(src, skip, metric=metric) for p, src in shown.items()}, kept)
             new, repairs = apply(shown, diff)
         except InvalidReply:
             counts["no_diff"] += 1

@@ -16,7 +16,8 @@ from ..resources import resource
 from ..workers import visible_gpus
 from . import PolicyError, State
 from .constants import Site, find_sites
-from .moves import MOVES_PREFIX, steps_of
+from .moves import MOVES_PREFIX, best_steps, steps_of
+from .reply import parse_reply
 
 SYSTEM_PROMPT = (resource("policy") / "system_prompt.md").read_text().rstrip("\n")  # policy/system_prompt.md
 
@@ -27,7 +28,8 @@ COMPACT_TASK = ("Propose the next experiment: one change to the current best. Re
                 "Description line and one ```diff block.")
 # [llm] reply = "moves" (moves.py): the harness writes the literals of the steps
 MOVES_TASK = ("Propose the next experiment: one change to the current best. Reply with one line: "
-              "Moves: NAME xF or NAME /F (a factor), NAME +K or NAME -K, NAME = V; steps separated by ;")
+              "Moves: NAME xF or NAME /F (a factor), NAME +K or NAME -K, NAME = V; steps separated by ;. "
+              "The step again repeats the steps of the change that made the current best.")
 RETRY_ASK = {"diff": "Reply again: Description line, then one ```diff block.",
              "moves": "Reply again: one Moves line."}
 
@@ -207,6 +209,14 @@ def shown_sites(state: State) -> dict[str, list[Site]]:
     return {path: [s for s in find_sites(source, config.policy.skip_constants, cuda=cuda, metric=config.metric.name)
                    if s.name.split("[")[0] not in avoided]
             for path, source in state.files.items()}
+
+
+def read_reply(text: str, state: State, make_diff: Callable[..., str]) -> tuple[str, str]:
+    """(description, diff) of a reply to the prompt for `state` (reply.parse_reply): a Moves
+    line may name the constants the prompt shows, and its `again` repeats the steps that made
+    the current best (moves.best_steps)."""
+    sites = shown_sites(state)
+    return parse_reply(text, state.files, make_diff, sites, best_steps(state.best_chain, sites))
 
 
 def build_compact_prompt(state: State, count_tokens: Callable[[str], int], context_tokens: int,

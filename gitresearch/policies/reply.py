@@ -61,16 +61,17 @@ def _looks_like_diff(info: str, body: str) -> bool:
 
 
 def parse_reply(text: str, files: dict[str, str], make_diff: Callable[[str, str, str], str],
-                sites: dict[str, list[Site]] | None = None) -> tuple[str, str]:
+                sites: dict[str, list[Site]] | None = None, kept: str | None = None) -> tuple[str, str]:
     """(description, diff) from a reply; InvalidReply says what was missing. `sites` (path ->
-    the constants a Moves line may name) defaults to every file's live constants."""
+    the constants a Moves line may name) defaults to every file's live constants; `kept`
+    (moves.best_steps) is what a Moves line's `again` repeats."""
     if not text.strip():
         raise InvalidReply("the reply is empty", text)
     moves = find_moves(text)
     if moves is not None:
         if sites is None:
             sites = {path: find_sites(source) for path, source in files.items() if path.endswith(".py")}
-        return parse_moves(moves, files, sites, make_diff)
+        return parse_moves(moves, files, sites, make_diff, kept)
     blocks = [(m.group("info"), m.group("body")) for m in FENCE.finditer(text)]
     diffs = [_trim_diff(body) for info, body in blocks if _looks_like_diff(info, body) and body.strip()]
     if diffs:

@@ -20,8 +20,7 @@ import random
 from . import InvalidReply, PolicyError, Proposal, State
 from .llm import load_system_prompt
 from .ppo import PPOLearner
-from .prompt import prompt_for, shown_sites
-from .reply import parse_reply
+from .prompt import prompt_for, read_reply
 
 
 class RLPolicy:
@@ -52,7 +51,7 @@ class RLPolicy:
                 "prompt_tokens": len(episode.prompt_ids), "response_tokens": len(episode.response_ids),
                 "history_shown": prompt.history_shown}
         try:
-            description, diff = parse_reply(text, state.files, self.store.make_diff, shown_sites(state))
+            description, diff = read_reply(text, state, self.store.make_diff)
         except InvalidReply as err:
             raise InvalidReply(str(err), text, data) from None
         return Proposal(diff, description, data, reply=text)
