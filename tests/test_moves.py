@@ -12,9 +12,10 @@ from chat_server import ChatServer, reply
 from gitresearch.config import load
 from gitresearch.gitstore import Store
 from gitresearch.policies import InvalidReply
-from gitresearch.policies.constants import find_sites
+from gitresearch.policies.constants import find_sites, rewrite
 from gitresearch.policies.imitation import examples
 from gitresearch.policies.moves import step_for
+from gitresearch.policies.prompt import MOVES_TASK
 from gitresearch.policies.reply import parse_reply
 from helpers import cli
 from test_imitation import commit_start, empty_repo
@@ -121,7 +122,7 @@ def test_imitation_replies_in_the_moves_form_parse_and_apply_to_what_the_example
                      skip=config.policy.skip_constants, max_changes=3, reply="moves")
     for ex in pairs:
         assert ex.reply.startswith("Moves: ") and ex.reply.count("\n") == 1
-        assert ex.prompt.endswith("steps separated by ;")
+        assert ex.prompt.endswith(MOVES_TASK)
         commit_start(repo, ex.before)
         shown = {"train.py": find_sites(ex.before, config.policy.skip_constants)}
         _, diff = parse_reply(ex.reply, {"train.py": ex.before}, store.make_diff, shown)
@@ -142,7 +143,7 @@ def test_the_loop_writes_the_steps_and_feeds_a_bad_one_back(tmp_path):
     assert rec["status"] in ("keep", "discard") and rec["description"] == "LR 0.1 -> 0.0526; DEPTH 4 -> 6"
     assert rec["attempts"][0]["error"].startswith("the step `learning_rate /2` names learning_rate, which is not")
     first = server.requests[0]["body"]["messages"]
-    assert first[-1]["content"].endswith("steps separated by ;")  # the compact prompt asks for moves
+    assert first[-1]["content"].endswith(MOVES_TASK)  # the compact prompt asks for moves
     assert server.requests[-1]["body"]["messages"][-1]["content"].endswith("Reply again: one Moves line.")
     commit = next(e.commit for e in Store(repo).experiments() if e.number == 1)
     written = Store(repo).read_file(commit, "train.py")
@@ -196,10 +197,10 @@ def test_the_loops_compact_prompt_shows_each_past_experiments_steps_in_the_moves
                         "#1 discard 1.600000 (+0.100000): try a cosine schedule"]
 
 
-def test_a_momentum_teacher_repeats_the_kept_newest_steps_copied_off_their_line(tmp_path):
-    """With momentum, an example whose newest past experiment is a keep answers with that
-    keep's steps, character for character (the rest answer as the random policy); the kept
-    steps are what moved best to the files shown; every reply still applies to them."""
+def test_a_momentum_teacher_answers_a_kept_newest_line_with_again(tmp_path):
+    """With momentum, an example whose newest past experiment is a keep answers `Moves: again`,
+    which the harness reads as that keep's steps (the rest answer as the random policy); the
+    kept steps are what moved best to the files shown; every reply still applies to them."""
     from gitresearch.policies.moves import find_moves, moved
 
     config, source = load(TARGET), (TARGET / "train.py").read_text()
@@ -209,31 +210,86 @@ def test_a_momentum_teacher_repeats_the_kept_newest_steps_copied_off_their_line(
                      max_changes=3, reply="moves", momentum=0.5)
     repeats = 0
     for ex in pairs:
-        newest = ex.prompt.split("newest first)\n")[1].split("\n")[0]
-        if " keep " not in newest:
-            assert ex.repeats is None
+        past = ex.prompt.split("newest first)\n")[1].split("\n\n")[0].splitlines()
+        newest_keep = next((line for line in past if " keep " in line), None)
+        assert ex.kept == (newest_keep.split(" | Moves: ")[1] if newest_keep else None)
+        if " keep " not in past[0]:
+            assert ex.repeats is None and "again" not in ex.reply
             continue
-        kept = newest.split(" | Moves: ")[1]
+        kept = past[0].split(" | Moves: ")[1]
         shown = {"train.py": find_sites(ex.before, skip)}
         try:
             rewrite_moved(ex.before, kept, shown, moved)
         except InvalidReply:  # the steps round to no change from here: a fresh move instead
-            assert ex.reply != f"Moves: {kept}\n" and ex.repeats is None
+            assert "again" not in ex.reply and ex.repeats is None
             continue
         repeats += 1
-        assert ex.reply == f"Moves: {kept}\n" and ex.repeats == kept
+        assert ex.reply == "Moves: again\n" and ex.repeats == kept
         # undo the keep: the values before it, moved by its steps, give the file shown
-        for change in newest.split(": ", 1)[1].split(" | ")[0].split("; "):
+        for change in past[0].split(": ", 1)[1].split(" | ")[0].split("; "):
             name, old, new = re.fullmatch(r"(\S+) (\S+) -> (\S+)", change).groups()
             assert {s.name: repr(s.value) for s in find_sites(ex.before, skip)}[name] == new
-        assert rewrite_moved(ex.before, find_moves(ex.reply), shown, moved) == ex.after != ex.before
+        # `again` writes what the kept steps written out write
+        assert rewrite_moved(ex.before, kept, shown, moved) == ex.after != ex.before
+        assert rewrite(ex.before, moved(find_moves(ex.reply), {"train.py": ex.before}, shown, kept)[1]) == ex.after
         commit_start(repo, ex.before)
-        _, diff = parse_reply(ex.reply, {"train.py": ex.before}, store.make_diff, shown)
+        _, diff = parse_reply(ex.reply, {"train.py": ex.before}, store.make_diff, shown, ex.kept)
         assert store.tree_file(store.apply_diff(store.resolve("HEAD"), diff)[0], "train.py") == ex.after
     assert 12 <= repeats <= 28  # about half of 40
     plain = examples({"train.py": source}, random.Random(5), store.make_diff, n=40, skip=skip, max_changes=3,
                      reply="moves")
     assert sum(" | Moves: " in ex.prompt for ex in plain) >= 20  # the steps are shown without a teacher too
+    assert not any("again" in ex.reply for ex in plain)
+
+
+@pytest.mark.parametrize("line, kept, expected", [
+    ("Moves: again", "LR x2.1; DEPTH +1", {"LR": 0.0104, "DEPTH": 5}),
+    ("Moves: AGAIN", "LR x2.1", {"LR": 0.0104}),
+    ("Moves: again; TEMP x2", "LR /2", {"LR": 0.00251, "TEMP": 3.0}),
+])
+def test_again_repeats_the_steps_that_made_best(tmp_path, line, kept, expected):
+    repo, store = empty_repo(tmp_path)
+    commit_start(repo, SOURCE)
+    _, diff = parse_reply(line, {"train.py": SOURCE}, store.make_diff, None, kept)
+    after = store.tree_file(store.apply_diff(store.resolve("HEAD"), diff)[0], "train.py")
+    assert {s.name: s.value for s in find_sites(after) if s.name in expected} == expected
+
+
+@pytest.mark.parametrize("kept, error", [
+    (None, "best has none to repeat"),
+    ("LR x2; DEPTH +1", ""),  # fine alone; with LR named again below, moved twice
+])
+def test_again_without_a_kept_change_or_beside_its_own_names_is_refused(kept, error):
+    with pytest.raises(InvalidReply, match=error or "moved twice"):
+        parse_reply("Moves: again" + ("" if error else "; LR /2"), {"train.py": SOURCE}, lambda *a: "", None, kept)
+
+
+def test_best_steps_are_the_newest_keeps_steps_and_none_at_the_baseline():
+    from gitresearch.policies.moves import best_steps
+
+    sites = {"train.py": find_sites(SOURCE)}
+    base = {"status": "baseline", "description": "baseline"}
+    keep = {"status": "keep", "description": "LR 0.005 -> 0.0104; DEPTH 4 -> 5"}
+    assert best_steps([base], sites) is None and best_steps([], sites) is None
+    assert best_steps([base, keep], sites) == "LR x2.09; DEPTH +1"  # LR in (0, 1): its odds
+    assert best_steps([base, {"status": "keep", "description": "a cosine schedule"}], sites) is None
+
+
+def test_the_loop_reads_again_as_the_steps_that_made_best(tmp_path):
+    """Through the loop: a keep, then `Moves: again` writes the kept steps once more on the
+    new best; on the baseline `again` is refused and fed back."""
+    config = LLM_CONFIG + 'prompt = "compact"\nreply = "moves"\n'
+    repo = llm_repo(tmp_path, config)
+    script = [reply("Moves: again"), reply("Moves: DEPTH +2"), reply("Moves: again")]
+    with ChatServer(script) as server:
+        cli("loop", "--max-experiments", "2", "--no-early-stop", "--base-url", server.url,
+            cwd=repo, env={"OPENAI_API_KEY": SECRET})
+    recs = notes(repo)
+    assert recs[1]["attempts"][0]["error"].startswith("`again` repeats the steps of the change that made the current best")
+    assert recs[1]["description"] == "DEPTH 4 -> 6"
+    if recs[1]["status"] != "keep":
+        pytest.skip("the fake target did not keep DEPTH +2")
+    assert recs[2]["description"] == "DEPTH 6 -> 8"
 
 
 def rewrite_moved(text: str, steps: str, shown: dict, moved) -> str:

@@ -205,12 +205,14 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
                                         round(rng.uniform(-0.05, -0.001), 6), description, kept_steps))
         for k in range(len(history), rng.randint(len(history), MAX_HISTORY)):
             # with a momentum teacher a kept newest experiment always means "repeat it"
-            status = rng.choice(STATUSES[1:] if k == 0 and momentum else STATUSES)
+            status = rng.choice(STATUSES[1:] if not history and momentum else STATUSES)
             value = None if status in UNMEASURED else round(rng.uniform(1.5, 4.0), 6)
             delta = None if value is None else round(rng.uniform(-0.05, 0.5), 6)
             changes = random_changes(sites[rng.choice(paths)], rng)
+            if not changes:  # its one mutation rounded back to the value: no change to show
+                continue
             description, steps = told(changes)
-            if status == "keep" and not any(" keep " in line for line in history):
+            if status == "keep" and kept_steps is None:
                 kept_steps = steps
             history.append(history_line(number - k, status, value, delta, description, steps))
         text = repeats = None
