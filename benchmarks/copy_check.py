@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Whether a moves-form policy LM copies a kept experiment's steps, or only their names:
 teacher-forced log-probabilities of the momentum teacher's replies (imitation.examples with
-momentum 1, whose reply repeats the kept newest steps off their history line) against those
+momentum 1, the kept newest steps written out as that teacher wrote them up to 311531f; it
+now answers `again`) against those
 of fresh moves (momentum 0, random steps), token by token. A model that copies puts the
 repeat's digits near log-prob 0; one that draws fresh factors scores them as it scores a
 fresh move's digits.
@@ -24,6 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from gitresearch.config import load
 from gitresearch.gitstore import Store
 from gitresearch.policies.imitation import examples
+from gitresearch.policies.moves import MOVES_PREFIX
 from gitresearch.policies.ppo import render_chat
 from gitresearch.policies.pretrain import best_files
 
@@ -73,7 +75,9 @@ def main() -> None:
     for arm, momentum in (("repeat", 1.0), ("fresh", 0.0)):
         drawn = examples(files, random.Random(args.seed), store.make_diff, args.examples, config.policy.skip_constants,
                          metric=config.metric.name, max_changes=3, reply="moves", momentum=momentum, tries=(0,))
-        pairs = [(e.messages, e.reply) for e in drawn if (e.repeats is not None) == (arm == "repeat")]
+        # the repeat arm scores the kept steps written out (the teacher now answers `again`)
+        pairs = [(e.messages, f"{MOVES_PREFIX} {e.repeats}\n" if arm == "repeat" else e.reply)
+                 for e in drawn if (e.repeats is not None) == (arm == "repeat")]
         out[arm] = score(model, tokenizer, pairs, model.config.max_position_embeddings)
     print(json.dumps({**out, "model": args.model, "seconds": round(time.time() - started, 1)}, indent=1))
 
