@@ -1,9 +1,8 @@
 #!/usr/bin/env python
 """Whether a moves-form policy LM copies a kept experiment's steps, or only their names:
-teacher-forced log-probabilities of the momentum teacher's replies (imitation.examples with
-momentum 1, the kept newest steps written out as that teacher wrote them up to 311531f; it
-now answers `again`) against those
-of fresh moves (momentum 0, random steps), token by token. A model that copies puts the
+teacher-forced log-probabilities of the momentum teacher's repeats (imitation.examples with
+momentum 1: the kept newest steps written out, as that teacher wrote them up to 311531f; it
+now answers `again`) against those of fresh moves (momentum 0, random steps), token by token. A model that copies puts the
 repeat's digits near log-prob 0; one that draws fresh factors scores them as it scores a
 fresh move's digits.
 
