@@ -24,9 +24,8 @@ shows them (`... : MATRIX_LR 0.005 -> 0.0104 | Moves: MATRIX_LR x2.08`, moves.st
 `momentum` > 0 a teacher that reads the history writes that share of the replies: the newest
 past experiment was kept (its steps moved best to the files shown), and the reply repeats its
 steps with one word, `Moves: again` (moves.py); a newest line that is not a keep gets a random
-move. Repeating a
-kept step until it stops paying is the one history-reading rule that beat random search on the
-gym's surrogate (benchmarks/gym_headroom.py, docs/gym.md). Teachers that copied the steps
+move. Repeating a kept step until it stops paying is the one history-reading rule that beat
+random search on the gym's surrogate (benchmarks/gym_headroom.py, docs/gym.md). Teachers that copied the steps
 themselves taught small models the names and not the factors' digits (docs/gym.md).
 
 Some examples first show one or two failed tries fed back as the loop feeds them back on a
