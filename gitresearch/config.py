@@ -199,7 +199,7 @@ class LLMConfig:
     device: str = "auto"  # local backend: auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # local backend: auto | float32 | bfloat16 | float16
     prompt: str = "full"  # full (agenda, code, history with diffs) | compact (constants, short history)
-    reply: str = "diff"  # the form the compact prompt asks for: diff | moves ("Moves: LR x2; DEPTH +1")
+    reply: str = "diff"  # the form the compact prompt asks for: diff | moves ("Moves: LR x2; DEPTH +1"; `again` repeats best's change)
 
 
 @dataclass(frozen=True)
