@@ -136,12 +136,14 @@ def loop(policy, backend, model, base_url, prompt, budget, max_experiments, max_
 @click.option("--lr", type=click.FloatRange(0, min_open=True), help="AdamW peak learning rate [0.002]")
 @click.option("--copy-weight", type=click.FloatRange(0), help="loss weight of the reply's tokens copied from the prompt [1]")
 @click.option("--init", type=click.Path(exists=True, file_okay=False), help="go on training this policy LM")
-@click.option("--max-changes", type=click.IntRange(1), help="constants a reply changes, one to this many [1]")
+@click.option("--max-changes", type=click.IntRange(1), help="constants a reply changes, --min-changes to this many [1]")
+@click.option("--min-changes", type=click.IntRange(1), help="the fewest constants a reply changes [1]")
 @click.option("--digits", is_flag=True, default=None, help="a tokenizer with one token per digit (new models)")
 @click.option("--reply", type=click.Choice(["diff", "moves"]), help="the reply form to imitate ([llm] reply) [diff]")
 @click.option("--momentum", type=click.FloatRange(0, 1), help="share of moves replies that repeat a kept newest experiment's steps [0]")
 @click.option("--seed", type=int, default=0, show_default=True)
-def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, digits, reply, momentum, seed):
+def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, min_changes, digits, reply, momentum,
+                    seed):
     """Train a small policy LM by imitation of this repo's constant edits (CPU, no download)."""
     from dataclasses import replace
 
@@ -150,7 +152,7 @@ def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, di
     root = _repo_root()
     store = Store(root)
     given = {"examples": examples, "steps": steps, "lr": lr, "copy_weight": copy_weight, "init": init,
-             "max_changes": max_changes, "digits": digits, "reply": reply, "momentum": momentum}
+             "max_changes": max_changes, "min_changes": min_changes, "digits": digits, "reply": reply, "momentum": momentum}
     settings = replace(PretrainConfig(), seed=seed, **{k: v for k, v in given.items() if v is not None})
     out = out or store.state_dir / "policy-lm"
     stats = pretrain_repo(store, _load(root), out, settings, log=click.echo)

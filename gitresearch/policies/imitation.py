@@ -6,8 +6,8 @@ Each example starts from the target's files moved by 0 to 12 random steps of the
 the compact prompt (prompt.build_compact_prompt: the lines around each live constant, which
 is all a constant edit's diff needs as context, and made-up past experiments of every status
 the loop records), and answers with a Description line and one ```diff block that changes one
-live constant (with `max_changes` > 1: one to that many, keeping the divisor relations, as the
-random policy does) as the random policy would. The diff is written the way people and models write
+live constant (with `max_changes` > 1: `min_changes` (one) to that many, keeping the divisor
+relations, as the random policy does) as the random policy would. The diff is written the way people and models write
 one (`--- a/PATH`, `+++ b/PATH`, one hunk; no `diff --git` or blob ids to copy) with no
 context line, as `diff -U0` writes it: the model copies one line of its prompt and edits its
 value, instead of 7-line hunks of neighbouring lines that merge when constants sit close
@@ -159,11 +159,15 @@ def failed_try(kind: str, path: str, source: str, change, sites: list[Site], rng
 def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[..., str],
              n: int, skip: tuple[str, ...] = (), cuda: bool = False, metric: str = "val_bpb",
              wander: int = WANDER_STEPS, tries: tuple[int, ...] = FAILED_TRIES,
-             max_changes: int = 1, reply: str = "diff", momentum: float = 0.0) -> list[Example]:
+             max_changes: int = 1, reply: str = "diff", momentum: float = 0.0,
+             min_changes: int = 1) -> list[Example]:
     """n imitation examples over `files` (path -> source of the baseline), each after a number
-    of failed tries drawn from `tries`, each reply changing one to `max_changes` constants, in
+    of failed tries drawn from `tries`, each reply changing `min_changes` to `max_changes`
+    constants (fewer only where a mutation rounds back to its value), in
     the `reply` form (diff or moves); in the moves form a share `momentum` of them repeat the
     kept newest past experiment's steps."""
+    if not 1 <= min_changes <= max_changes:
+        raise ValueError(f"min_changes {min_changes} must be 1 to max_changes {max_changes}")
     seen: dict[str, list[Site]] = {}
 
     def live(source: str) -> list[Site]:  # parsing dominates making examples: once per text
@@ -186,7 +190,8 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
         kept = None
         if repeat:
             path = rng.choice(paths)
-            kept = random_changes(live(current[path]), rng, relations(current[path]), most=max_changes)
+            kept = random_changes(live(current[path]), rng, relations(current[path]), most=max_changes,
+                                  least=min_changes)
             if not kept:
                 continue
             current[path] = rewrite(current[path], kept)
@@ -226,7 +231,8 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
         if text is None:
             path = rng.choice(paths)
             if max_changes > 1:
-                changes = random_changes(sites[path], rng, relations(current[path]), most=max_changes)
+                changes = random_changes(sites[path], rng, relations(current[path]), most=max_changes,
+                                         least=min_changes)
             else:  # the stream of the one-change examples the measured LMs were trained on
                 site = rng.choice(sites[path])
                 changes = [(site, new)] if (new := mutate_site(site, rng)) is not None else []

@@ -49,7 +49,8 @@ class PretrainConfig:
     temperature: float = 0.7  # of those samples: the [llm] temperature the policy samples at
     copy_weight: float = 1.0  # loss weight of the reply tokens copied from the prompt (see copied_spans)
     init: str = ""  # a policy LM directory to go on training (its tokenizer and shape), or "" for a new one
-    max_changes: int = 1  # constants a reply changes: one to this many, as the random policy (which does 1-3)
+    max_changes: int = 1  # constants a reply changes: min_changes to this many, as the random policy (which does 1-3)
+    min_changes: int = 1  # the fewest constants a reply changes (more per experiment paid more in the gym: docs/gym.md)
     digits: bool = False  # one token per digit in a new tokenizer (else BPE merges digit runs: "Ġ192", "002")
     reply: str = "diff"  # the reply form to imitate: diff | moves (a Moves line; [llm] reply must match)
     momentum: float = 0.0  # share of moves examples that repeat the kept newest experiment's steps (imitation.py)
@@ -129,7 +130,8 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
     started = time.monotonic()
     set_seed(config.seed)
     pairs = examples(files, random.Random(config.seed), make_diff, config.examples, skip, metric=metric,
-                     max_changes=config.max_changes, reply=config.reply, momentum=config.momentum)
+                     max_changes=config.max_changes, reply=config.reply, momentum=config.momentum,
+                     min_changes=config.min_changes)
     if config.init:  # go on training: the model's own tokenizer and window
         tokenizer = AutoTokenizer.from_pretrained(config.init)
         model = AutoModelForCausalLM.from_pretrained(config.init)

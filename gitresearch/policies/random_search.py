@@ -91,11 +91,11 @@ def keep_relations(changes: list, sites: list, relations) -> list:
 
 
 def random_changes(sites: list, rng: random.Random, relations=(), most: int = 3,
-                   factors: tuple[float, float] = FACTOR_RANGE) -> list:
-    """One to `most` of the sites, each with a mutated value: [(site, new value)], keeping
-    the divisor relations (constants.relations) that hold now; a site with no new value
-    (mutate_site) is left out."""
-    chosen = rng.sample(sites, k=min(len(sites), rng.randint(1, most)))
+                   factors: tuple[float, float] = FACTOR_RANGE, least: int = 1) -> list:
+    """`least` (one) to `most` of the sites, each with a mutated value: [(site, new value)],
+    keeping the divisor relations (constants.relations) that hold now; a site with no new
+    value (mutate_site) is left out."""
+    chosen = rng.sample(sites, k=min(len(sites), rng.randint(least, most)))
     changes = [(s, new) for s in chosen if (new := mutate_site(s, rng, factors)) is not None]
     return keep_relations(changes, sites, relations) if relations else changes
 
