@@ -75,6 +75,30 @@ def test_every_reply_parses_and_applies_to_the_file_its_prompt_showed(tmp_path, 
         assert {1, 2, 3} <= set(counts) and max(counts) <= 4
 
 
+def test_min_changes_sets_the_fewest_constants_a_fresh_or_repeated_reply_moves():
+    """With min_changes 2 a reply moves two or three constants (the target's constants at 0,
+    which no factor moves, give their place to others), and so do the kept steps the momentum
+    teacher repeats; the default draws one to three, and min above max is refused."""
+    config, source = load(TARGET), (TARGET / "train.py").read_text()
+    skip, files = config.policy.skip_constants, {"train.py": source}
+    values = lambda text: {s.name: s.value for s in find_sites(text, skip)}  # noqa: E731
+
+    def counts(**kwargs):
+        pairs = examples(files, random.Random(3), None, 30, skip, max_changes=3, reply="moves", **kwargs)
+        moved = [(values(ex.before), values(ex.after)) for ex in pairs]
+        return [sum(v != after[k] for k, v in before.items()) for before, after in moved], pairs
+
+    wide, _ = counts(min_changes=2)
+    plain, _ = counts()
+    assert min(wide) >= 2 and {2, 3} <= set(wide)
+    assert sum(n == 1 for n in plain) >= 0.2 * len(plain)
+    _, pairs = counts(min_changes=2, momentum=0.5)
+    repeated = [ex.repeats for ex in pairs if ex.repeats]
+    assert len(repeated) >= 8 and all(steps.count("; ") >= 1 for steps in repeated)
+    with pytest.raises(ValueError, match="min_changes 4"):
+        examples(files, random.Random(3), None, 5, skip, max_changes=3, min_changes=4)
+
+
 def test_failed_tries_before_a_reply_are_fed_back_as_the_loop_feeds_back_its_own(tmp_path):
     """Each made-up failed try fails the loop's real checks with the error it shows, and the
     messages are those build_compact_prompt makes for a state holding those tries."""

@@ -94,9 +94,18 @@ def random_changes(sites: list, rng: random.Random, relations=(), most: int = 3,
                    factors: tuple[float, float] = FACTOR_RANGE, least: int = 1) -> list:
     """`least` (one) to `most` of the sites, each with a mutated value: [(site, new value)],
     keeping the divisor relations (constants.relations) that hold now; a site with no new
-    value (mutate_site) is left out."""
+    value (mutate_site, as a constant at 0) is left out, and while fewer than `least` moved,
+    another site takes its place (with least 1 the draws are those the random policy made
+    before `least` existed)."""
     chosen = rng.sample(sites, k=min(len(sites), rng.randint(least, most)))
     changes = [(s, new) for s in chosen if (new := mutate_site(s, rng, factors)) is not None]
+    if len(changes) < least:
+        spare = [s for s in sites if s not in chosen]
+        for site in rng.sample(spare, k=len(spare)):
+            if len(changes) >= least:
+                break
+            if (new := mutate_site(site, rng, factors)) is not None:
+                changes.append((site, new))
     return keep_relations(changes, sites, relations) if relations else changes
 
 
