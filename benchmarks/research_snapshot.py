@@ -13,7 +13,9 @@ status and its improvement in sigmas at loss weight 1 (gitresearch.reward with [
 loss_weight = 1 and improvement_weight = 1, whatever the loop ran with; move_payoff.py
 reads them: `largest_moves`), the experiments right after a keep and how many of them repeat
 its steps (`repeats`: the same constants, each by the same step within 3 %, as moves.steps_of
-states them: the momentum `pretrain-policy --momentum` teaches); for rl loops, every PPO update's KL, mean k3
+states them: the momentum `pretrain-policy --momentum` teaches), per number of constants a
+valid experiment moved (1, 2, 3, "4+"; `by_constants_moved`) its experiments, keeps and the
+sum of the keeps' gains over their parent's metric; for rl loops, every PPO update's KL, mean k3
 penalty, raw advantage std, entropy, clip fraction and share of decision tokens ([rl]
 token_share; with [rl] kl_target also the sampled KL and kl_coef), the reasons of the invalid
 experiments, the errors of every failed try (valid experiments' earlier tries included) and,
@@ -89,6 +91,24 @@ def same_steps(a: str | None, b: str | None) -> bool:
     return True
 
 
+def by_constants_moved(store: Store, exps: list, seen: dict) -> dict:
+    """{n constants moved: {experiments, keeps, gain}} over the valid experiments: gain is the
+    sum of the keeps' improvements over their parent (parent_<metric> - <metric>)."""
+    out = {}
+    for e in exps:
+        if e.record["status"] in ("invalid", None) or not (parent := store.parent_of(e.commit)):
+            continue
+        old, new = values(store, parent, seen), values(store, e.commit, seen)
+        n = sum(name in new and new[name] != value for name, value in old.items())
+        row = out.setdefault(str(n) if n < 4 else "4+", {"experiments": 0, "keeps": 0, "gain": 0.0})
+        row["experiments"] += 1
+        if e.record["status"] == "keep":
+            metric = e.record["metric"]
+            row["keeps"] += 1
+            row["gain"] = round(row["gain"] + e.record[f"parent_{metric}"] - e.record[metric], 6)
+    return dict(sorted(out.items()))
+
+
 def repeats(store: Store, exps: list) -> dict:
     """Of the experiments right after a keep, those that repeat its steps."""
     sites = {"train.py": find_sites(store.read_file(exps[0].commit, "train.py"))}  # the kinds, by name
@@ -116,6 +136,7 @@ for repo in sorted(root.iterdir()):
     entry["moves"] = move_windows(store, exps[1:], seen)
     entry["largest_moves"] = largest_moves(store, exps[1:], seen)
     entry["repeats"] = repeats(store, exps)
+    entry["by_constants_moved"] = by_constants_moved(store, exps[1:], seen)
     capped = [sum("max_move_factor" in a["error"] for a in r.get("attempts") or []) for r in recs[1:]]
     entry["capped_tries"] = [sum(capped[i:i + 50]) for i in range(0, len(capped), 50)]  # refused by the cap
     entry["avoided"] = [len(crashed_constants(store, exps[i:0:-1])) for i in range(50, len(exps), 50)]
