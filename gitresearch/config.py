@@ -109,6 +109,7 @@ class PolicyConfig:
     max_tries: int = 3  # proposals tried (each failure fed back) before recording `invalid`
     max_diff_bytes: int = 65536  # larger diffs are invalid
     max_move_factor: float = 0.0  # a diff moving a positive constant beyond x this (or 1/this) is invalid; 0: off
+    min_move_factor: float = 0.0  # a diff whose largest move of a positive constant is under x this is invalid; 0: off
     repair_stale_lines: bool = True  # a removed `NAME = value` line with a stale value is read as the file's
     system_prompt: str = ""  # file with a system prompt replacing the built-in one
     seed: int | None = None  # random, optuna (and rl, unless [rl] seed) policies' seed; None: fresh entropy
@@ -344,6 +345,10 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
     if sections["policy"].max_move_factor != 0 and not sections["policy"].max_move_factor > 1:
         raise ConfigError(f"{path} [policy] max_move_factor = {sections['policy'].max_move_factor!r}: "
                           f"expected a factor above 1, or 0 (off)")
+    low, high = sections["policy"].min_move_factor, sections["policy"].max_move_factor
+    if low != 0 and not (low > 1 and (high == 0 or low < high)):
+        raise ConfigError(f"{path} [policy] min_move_factor = {low!r}: expected a factor above 1 and below "
+                          f"max_move_factor ({high!r}, 0: off), or 0 (off)")
     if sections["policy"].suggest not in ("", "tpe", "gp"):
         raise ConfigError(f"{path} [policy] suggest = {sections['policy'].suggest!r}: expected "
                           f"\"tpe\", \"gp\" or \"\" (off)")

@@ -81,20 +81,31 @@ def constant_values(source: str, config: Config) -> dict:
 
 
 def check_moves(config: Config, path: str, before: str, after: str) -> None:
-    """[policy] max_move_factor: InvalidProposal when the edit of `path` moves a positive
-    constant to a positive value more than that factor away (up or down). A model that jumps
-    LR by x10 spends a whole run to learn what the fed-back error says at once."""
-    factor = config.policy.max_move_factor
-    if not factor or not path.endswith(".py"):
+    """[policy] max_move_factor and min_move_factor: InvalidProposal when the edit of `path`
+    moves a positive constant to a positive value more than max_move_factor away (up or
+    down), or moves such constants and none of them as far as min_move_factor. A model that
+    jumps LR by x10 spends a whole run to learn what the fed-back error says at once; one that
+    nudges LR by x1.1 spends a run on a change the keep rule almost never keeps (docs/gym.md)."""
+    top, least = config.policy.max_move_factor, config.policy.min_move_factor
+    if not (top or least) or not path.endswith(".py"):
         return
     old, new = constant_values(before, config), constant_values(after, config)
-    for name, move in signed_log_moves(old, new).items():
-        if abs(move) > math.log(factor) + 1e-9:
-            value, moved = old[name], new[name]
-            step = f"x{moved / value:.3g}" if move > 0 else f"/{value / moved:.3g}"
-            raise InvalidProposal(f"the diff moves {name} from {value!r} to {moved!r} ({step}); "
-                                  f"one experiment may move a constant at most x{factor:g} or /{factor:g} "
-                                  f"([policy] max_move_factor): take a smaller step")
+    moves = signed_log_moves(old, new)
+
+    def said(name: str) -> str:
+        value, moved = old[name], new[name]
+        step = f"x{moved / value:.3g}" if moved > value else f"/{value / moved:.3g}"
+        return f"{name} from {value!r} to {moved!r} ({step})"
+
+    for name, move in moves.items():
+        if top and abs(move) > math.log(top) + 1e-9:
+            raise InvalidProposal(f"the diff moves {said(name)}; one experiment may move a constant at most "
+                                  f"x{top:g} or /{top:g} ([policy] max_move_factor): take a smaller step")
+    if least and moves and max(map(abs, moves.values())) < math.log(least) - 1e-9:
+        name = max(moves, key=lambda n: abs(moves[n]))
+        raise InvalidProposal(f"the diff moves {said(name)} and no constant further; an experiment moves at least "
+                              f"one constant x{least:g} or /{least:g} ([policy] min_move_factor): "
+                              "take a larger step")
 
 
 def validate(store: Store, config: Config, base: str, diff: str) -> tuple[str, str, list[str]]:
@@ -128,7 +139,8 @@ def validate(store: Store, config: Config, base: str, diff: str) -> tuple[str, s
             except SyntaxError as err:
                 raise InvalidProposal(f"{path} does not parse after the diff: line {err.lineno}: "
                                       f"{err.msg}") from err
-            before = read_or_none(store, base, path) if config.policy.max_move_factor else None
+            judged = config.policy.max_move_factor or config.policy.min_move_factor
+            before = read_or_none(store, base, path) if judged else None
             if before is not None:
                 check_moves(config, path, before, text)
     return tree, diff, repairs

@@ -39,6 +39,8 @@ def test_the_named_flags_win_over_set_and_set_wins_over_the_file(tmp_path):
     ({"rl.token_share": 1.5}, "token_share = 1.5"),
     ({"policy.max_move_factor": 1.0}, r"max_move_factor = 1.0: expected a factor above 1, or 0 \(off\)"),
     ({"policy.max_move_factor": -3.0}, "max_move_factor = -3.0"),
+    ({"policy.min_move_factor": 0.9}, r"min_move_factor = 0.9: expected a factor above 1"),
+    ({"policy.min_move_factor": 3.0, "policy.max_move_factor": 3.0}, r"below max_move_factor \(3.0"),
     ({"llm.reply": "steps"}, r"\[llm\] reply = 'steps': expected one of diff, moves"),
     ({"llm.prompt": "short"}, r"\[llm\] prompt = 'short': expected one of full, compact"),
 ])

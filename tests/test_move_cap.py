@@ -1,6 +1,7 @@
 """[policy] max_move_factor: the validation every proposal passes (proposal.validate) refuses
 a diff that moves a positive constant further than the factor, on a real repo; through the
-loop, the model gets the reason back and its next try runs."""
+loop, the model gets the reason back and its next try runs. [policy] min_move_factor: it
+refuses a diff whose largest move of a positive constant is smaller than that factor."""
 import pytest
 
 from chat_server import ChatServer, reply
@@ -52,6 +53,41 @@ def test_the_cap_judges_the_search_space_only(repo):
     check_moves(capped, "train.py", before, before.replace("2**10", "2**14").replace("SEED = 1", "SEED = 100"))
     with pytest.raises(InvalidProposal, match="moves LR from 0.1 to 0.5"):
         check_moves(capped, "train.py", before, before.replace("LR = 0.1", "LR = 0.5"))
+
+
+@pytest.mark.parametrize("old, new, allowed", [
+    ("LR = 0.1", "LR = 0.125", True),  # exactly x1.25
+    ("LR = 0.1", "LR = 0.08", True),  # /1.25
+    ("LR = 0.1", "LR = 0.11", False),  # x1.1
+    ("LR = 0.1", "LR = 0.09", False),  # /1.11
+    ("DEPTH = 4", "DEPTH = 5", True),
+    ("DEPTH = 4", "DEPTH = -4", True),  # a sign change is no factor: left to the run
+])
+def test_a_move_under_the_least_factor_is_refused_with_the_constant_and_its_values(repo, old, new, allowed):
+    store = Store(repo)
+    base = store.best()
+    diff = edit(store.read_file(base, "train.py"), old, new)[1]
+    floored = load(repo, overrides={"policy.min_move_factor": 1.25})
+    assert validate(store, load(repo), base, diff)[1] == diff  # off by default
+    if allowed:
+        assert validate(store, floored, base, diff)[1] == diff
+        return
+    name, before, after = old.split()[0], old.split()[-1], new.split()[-1]
+    with pytest.raises(InvalidProposal, match=rf"moves {name} from {before} to {after} \([x/][0-9.]+\) and no "
+                                              rf"constant further; an experiment moves at least one constant x1.25"):
+        validate(store, floored, base, diff)
+
+
+def test_the_least_factor_judges_the_largest_move_of_the_edit(repo):
+    """A small move beside a large one passes; two small moves fail, naming the larger."""
+    source = Store(repo).read_file(Store(repo).best(), "train.py")
+    floored = load(repo, overrides={"policy.min_move_factor": 1.25, "policy.max_move_factor": 3.0})
+    before = source.replace("STEP_S = 0.0", "WD = 0.5\nSTEP_S = 0.0")
+    check_moves(floored, "train.py", before, before.replace("LR = 0.1", "LR = 0.2").replace("WD = 0.5", "WD = 0.52"))
+    with pytest.raises(InvalidProposal, match=r"moves WD from 0.5 to 0.55 \(x1.1\) and no constant further"):
+        check_moves(floored, "train.py", before, before.replace("LR = 0.1", "LR = 0.104").replace("WD = 0.5", "WD = 0.55"))
+    with pytest.raises(InvalidProposal, match="at most x3"):  # both bounds at once
+        check_moves(floored, "train.py", before, before.replace("LR = 0.1", "LR = 0.5"))
 
 
 def test_the_model_gets_the_reason_back_and_its_smaller_step_runs(tmp_path):
