@@ -78,7 +78,7 @@ def test_every_reply_parses_and_applies_to_the_file_its_prompt_showed(tmp_path, 
 def test_min_changes_sets_the_fewest_constants_a_fresh_or_repeated_reply_moves():
     """With min_changes 2 a reply moves two or three constants (the target's constants at 0,
     which no factor moves, give their place to others), and so do the kept steps the momentum
-    teacher repeats; the default draws one to three, and min above max is refused."""
+    teacher repeats (but where a divisor relation folds a move back); the default draws one to three, and min above max is refused."""
     config, source = load(TARGET), (TARGET / "train.py").read_text()
     skip, files = config.policy.skip_constants, {"train.py": source}
     values = lambda text: {s.name: s.value for s in find_sites(text, skip)}  # noqa: E731
@@ -94,7 +94,8 @@ def test_min_changes_sets_the_fewest_constants_a_fresh_or_repeated_reply_moves()
     assert sum(n == 1 for n in plain) >= 0.2 * len(plain)
     _, pairs = counts(min_changes=2, momentum=0.5)
     repeated = [ex.repeats for ex in pairs if ex.repeats]
-    assert len(repeated) >= 8 and all(steps.count("; ") >= 1 for steps in repeated)
+    # one step only where keeping a divisor relation folded a move back (keep_relations)
+    assert len(repeated) >= 8 and sum(steps.count("; ") >= 1 for steps in repeated) >= 0.9 * len(repeated)
     with pytest.raises(ValueError, match="min_changes 4"):
         examples(files, random.Random(3), None, 5, skip, max_changes=3, min_changes=4)
 

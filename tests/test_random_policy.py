@@ -155,3 +155,19 @@ def test_random_changes_never_leave_a_value_where_it_was():
     drawn = [change for _ in range(400) for change in random_changes(sites, rng, most=3, factors=(0.5, 2))]
     assert {site.name for site, _ in drawn} == {"ONE", "BETA", "WIDTH"}
     assert all(new != site.value for site, new in drawn)
+
+
+def test_random_changes_with_least_one_draw_as_before_least_existed():
+    """The random policy's stream is the seed's: with least 1 an empty draw (every chosen
+    site rounds back) stays empty for the caller to redraw, as before `least` topped up."""
+    from gitresearch.policies.random_search import mutate_site, random_changes
+    sites = find_sites("ONE = 1\nBETA = 0.9\nWIDTH = 64\nLR = 0.01\n")
+    for seed in range(300):
+        ours, theirs = random.Random(seed), random.Random(seed)
+        chosen = theirs.sample(sites, k=theirs.randint(1, 3))
+        before = [(s, new) for s in chosen if (new := mutate_site(s, theirs, (0.9, 1.1))) is not None]
+        assert random_changes(sites, ours, factors=(0.9, 1.1)) == before
+        assert ours.random() == theirs.random()  # the same draws consumed
+    # least 2: a site that rounds back (ONE and WIDTH at x0.9-1.1) gives its place to another
+    two = [random_changes(sites[:2] + sites[3:] + [sites[2]], random.Random(seed), least=2) for seed in range(100)]
+    assert all(len(changes) >= 2 for changes in two)

@@ -96,10 +96,10 @@ def random_changes(sites: list, rng: random.Random, relations=(), most: int = 3,
     keeping the divisor relations (constants.relations) that hold now; a site with no new
     value (mutate_site, as a constant at 0) is left out, and while fewer than `least` moved,
     another site takes its place (with least 1 the draws are those the random policy made
-    before `least` existed)."""
+    before `least` existed); keeping a relation may still fold a move back."""
     chosen = rng.sample(sites, k=min(len(sites), rng.randint(least, most)))
     changes = [(s, new) for s in chosen if (new := mutate_site(s, rng, factors)) is not None]
-    if len(changes) < least:
+    if least > 1 and len(changes) < least:  # with least 1 an empty draw is the caller's to redraw
         spare = [s for s in sites if s not in chosen]
         for site in rng.sample(spare, k=len(spare)):
             if len(changes) >= least:
