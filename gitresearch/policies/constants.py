@@ -166,12 +166,11 @@ def _reads(scope: ast.AST, index: dict) -> dict[str, list[ast.Name]]:
     return index[scope]
 
 
-def _reaches_only_output(name: str, scope: ast.AST, parents: dict, metric: str, depth: int = 0,
-                         index: dict | None = None) -> bool:
+def _reaches_only_output(name: str, scope: ast.AST, parents: dict, metric: str, index: dict,
+                         depth: int = 0) -> bool:
     """Whether every read of `name` in `scope` ends in output (a print or log call, an
     f-string) that does not report the metric, directly or through local names assigned
     from it that do."""
-    index = {} if index is None else index
     for read in _reads(scope, index).get(name, []):
         node, found = read, False
         while node in parents and not found:
@@ -188,7 +187,7 @@ def _reaches_only_output(name: str, scope: ast.AST, parents: dict, metric: str, 
                     return False
                 home = next((p for p in _ancestors(node, parents)
                              if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module))), scope)
-                found = all(_reaches_only_output(n, home, parents, metric, depth + 1, index)
+                found = all(_reaches_only_output(n, home, parents, metric, index, depth + 1)
                             for n in names if n != name)
                 if not found:
                     return False
@@ -212,7 +211,7 @@ def bookkeeping(tree: ast.Module, names, metric: str = "val_bpb") -> set[str]:
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     index: dict = {}
     read = _reads(tree, index)
-    return {name for name in names if name in read and _reaches_only_output(name, tree, parents, metric, index=index)}
+    return {name for name in names if name in read and _reaches_only_output(name, tree, parents, metric, index)}
 
 
 def find_sites(source: str, skip: tuple[str, ...] = (), cuda: bool = False,

@@ -7,8 +7,8 @@ the compact prompt (prompt.build_compact_prompt: the lines around each live cons
 is all a constant edit's diff needs as context, and made-up past experiments of every status
 the loop records), and answers with a Description line and one ```diff block that changes one
 live constant (with `max_changes` > 1: `min_changes` (one) to that many, keeping the divisor
-relations, as the random policy does) as the random policy would. The diff is written the way people and models write
-one (`--- a/PATH`, `+++ b/PATH`, one hunk; no `diff --git` or blob ids to copy) with no
+relations, as the random policy does) as the random policy would. The diff is written the way
+people and models write one (`--- a/PATH`, `+++ b/PATH`, one hunk; no `diff --git` or blob ids to copy) with no
 context line, as `diff -U0` writes it: the model copies one line of its prompt and edits its
 value, instead of 7-line hunks of neighbouring lines that merge when constants sit close
 together (measured: docs/policies.md). Every reply goes through parse_reply and `git apply`
