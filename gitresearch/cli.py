@@ -141,9 +141,10 @@ def loop(policy, backend, model, base_url, prompt, budget, max_experiments, max_
 @click.option("--digits", is_flag=True, default=None, help="a tokenizer with one token per digit (new models)")
 @click.option("--reply", type=click.Choice(["diff", "moves"]), help="the reply form to imitate ([llm] reply) [diff]")
 @click.option("--momentum", type=click.FloatRange(0, 1), help="share of moves replies that repeat a kept newest experiment's steps [0]")
+@click.option("--min-factor", type=click.FloatRange(1), help="each taught factor at least this far from 1, x or / [1]")
 @click.option("--seed", type=int, default=0, show_default=True)
 def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, min_changes, digits, reply, momentum,
-                    seed):
+                    min_factor, seed):
     """Train a small policy LM by imitation of this repo's constant edits (CPU, no download)."""
     from dataclasses import replace
 
@@ -152,7 +153,8 @@ def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, mi
     root = _repo_root()
     store = Store(root)
     given = {"examples": examples, "steps": steps, "lr": lr, "copy_weight": copy_weight, "init": init,
-             "max_changes": max_changes, "min_changes": min_changes, "digits": digits, "reply": reply, "momentum": momentum}
+             "max_changes": max_changes, "min_changes": min_changes, "digits": digits, "reply": reply, "momentum": momentum,
+             "min_factor": min_factor}
     settings = replace(PretrainConfig(), seed=seed, **{k: v for k, v in given.items() if v is not None})
     out = out or store.state_dir / "policy-lm"
     stats = pretrain_repo(store, _load(root), out, settings, log=click.echo)

@@ -100,6 +100,35 @@ def test_min_changes_sets_the_fewest_constants_a_fresh_or_repeated_reply_moves()
         examples(files, random.Random(3), None, 5, skip, max_changes=3, min_changes=4)
 
 
+def test_min_factor_teaches_only_moves_at_least_that_far_fresh_or_repeated():
+    """With min_factor 1.5 every float constant a reply moves (a fresh move, or the kept steps
+    `again` repeats) moves by x1.5 to x3 or /1.5 to /3 (shares by their odds), as the harness
+    writes the Moves line (its rounding); without it about a fifth are under x1.25; a
+    floor at the largest factor or under 1 is refused."""
+    import math
+    config, source = load(TARGET), (TARGET / "train.py").read_text()
+    skip, files = config.policy.skip_constants, {"train.py": source}
+    values = lambda text: {s.name: s.value for s in find_sites(text, skip)}  # noqa: E731
+    odds = lambda v: v / (1 - v) if 0 < v < 1 else v  # noqa: E731
+
+    def sizes(**kwargs):
+        pairs = examples(files, random.Random(5), None, 40, skip, max_changes=3, reply="moves", momentum=0.5, **kwargs)
+        out = []
+        for ex in pairs:
+            before, after = values(ex.before), values(ex.after)
+            out += [(abs(math.log(odds(after[k]) / odds(v))), ex.repeats is not None) for k, v in before.items()
+                    if isinstance(v, float) and v > 0 and after[k] != v]
+        return out
+
+    floored, plain = sizes(min_factor=1.5), sizes()
+    assert {True, False} <= {repeated for _, repeated in floored}  # fresh moves and `again` both judged
+    assert all(size >= math.log(1.5) - 0.02 and size <= math.log(3) + 0.02 for size, _ in floored)
+    assert sum(size < math.log(1.25) for size, _ in plain) >= 0.08 * len(plain)
+    for bad in (3.0, 0.5):
+        with pytest.raises(ValueError, match="min_factor"):
+            examples(files, random.Random(3), None, 5, skip, max_changes=3, min_factor=bad)
+
+
 def test_failed_tries_before_a_reply_are_fed_back_as_the_loop_feeds_back_its_own(tmp_path):
     """Each made-up failed try fails the loop's real checks with the error it shows, and the
     messages are those build_compact_prompt makes for a state holding those tries."""

@@ -171,3 +171,26 @@ def test_random_changes_with_least_one_draw_as_before_least_existed():
     # least 2: a site that rounds back (ONE and WIDTH at x0.9-1.1) gives its place to another
     two = [random_changes(sites[:2] + sites[3:] + [sites[2]], random.Random(seed), least=2) for seed in range(100)]
     assert all(len(changes) >= 2 for changes in two)
+
+
+def test_a_factor_floor_moves_every_constant_at_least_that_far_and_floor_one_draws_as_before():
+    """draw_factor with floor 1 consumes and returns exactly the random policy's log-uniform
+    draw; with floor 1.5 every factor is x1.5 to x3 or /1.5 to /3, either way about as often,
+    and so is every float constant random_changes moves (to its 3 significant digits)."""
+    from gitresearch.policies.random_search import FACTOR_RANGE, draw_factor, random_changes
+    for seed in range(200):
+        ours, theirs = random.Random(seed), random.Random(seed)
+        assert draw_factor(ours) == math.exp(theirs.uniform(math.log(FACTOR_RANGE[0]), math.log(FACTOR_RANGE[1])))
+        assert ours.random() == theirs.random()
+    rng = random.Random(0)
+    sizes = [math.log(draw_factor(rng, floor=1.5)) for _ in range(4000)]
+    assert all(math.log(1.5) <= abs(s) <= math.log(3) for s in sizes)
+    assert 0.45 < sum(s > 0 for s in sizes) / len(sizes) < 0.55
+    plain = [abs(math.log(draw_factor(rng))) for _ in range(4000)]
+    assert min(plain) < math.log(1.1)  # without the floor small moves are drawn
+    sites = find_sites("LR = 0.02\nEMBED_LR = 0.3\nBETA = 0.9\nCLIP = 1.0\n")
+    for seed in range(300):
+        for site, new in random_changes(sites, random.Random(seed), floor=1.5):
+            old = site.value
+            moved = math.log(new / (1 - new) / (old / (1 - old))) if 0 < old < 1 else math.log(new / old)
+            assert abs(moved) >= math.log(1.5) - 2e-3, (site.name, old, new)

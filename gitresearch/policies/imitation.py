@@ -28,6 +28,10 @@ move. Repeating a kept step until it stops paying is the one history-reading rul
 random search on the gym's surrogate (benchmarks/gym_headroom.py, docs/gym.md). Teachers that copied the steps
 themselves taught small models the names and not the factors' digits (docs/gym.md).
 
+With `min_factor` above 1 the teacher moves every constant at least that far (x or /, within the
+random policy's x3): a small LM imitating the random policy's factors wrote narrower ones than
+it was shown, and narrower moves lose to random search in the gym (docs/gym.md).
+
 Some examples first show one or two failed tries fed back as the loop feeds them back on a
 retry (prompt.compact_retry: the failed reply, then "Rejected: <error>"): an empty reply, a
 reply with no diff, a diff whose removed line does not match the file (git's own error), a
@@ -49,7 +53,7 @@ from .constants import Site, described, find_sites, relations, rewrite
 from . import InvalidReply
 from .moves import AGAIN, MOVES_PREFIX, find_moves, moved, step_for, steps_of
 from .prompt import compact_prompt, compact_retry, fence, history_line
-from .random_search import mutate_site, random_changes
+from .random_search import FACTOR_RANGE, mutate_site, random_changes
 from .reply import parse_reply
 
 # at most this many random-policy steps move the files before an example: most constants
@@ -160,14 +164,17 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
              n: int, skip: tuple[str, ...] = (), cuda: bool = False, metric: str = "val_bpb",
              wander: int = WANDER_STEPS, tries: tuple[int, ...] = FAILED_TRIES,
              max_changes: int = 1, reply: str = "diff", momentum: float = 0.0,
-             min_changes: int = 1) -> list[Example]:
+             min_changes: int = 1, min_factor: float = 1.0) -> list[Example]:
     """n imitation examples over `files` (path -> source of the baseline), each after a number
     of failed tries drawn from `tries`, each reply changing `min_changes` to `max_changes`
     constants (fewer only where a mutation rounds back to its value), in
     the `reply` form (diff or moves); in the moves form a share `momentum` of them repeat the
-    kept newest past experiment's steps."""
+    kept newest past experiment's steps; with `min_factor` above 1 every factor the reply (and
+    the keep it repeats) moves a constant by is at least that far from 1 (random_search.draw_factor)."""
     if not 1 <= min_changes <= max_changes:
         raise ValueError(f"min_changes {min_changes} must be 1 to max_changes {max_changes}")
+    if not 1 <= min_factor < FACTOR_RANGE[1]:
+        raise ValueError(f"min_factor {min_factor} must be 1 or more and below the largest factor {FACTOR_RANGE[1]:g}")
     seen: dict[str, list[Site]] = {}
 
     def live(source: str) -> list[Site]:  # parsing dominates making examples: once per text
@@ -191,7 +198,7 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
         if repeat:
             path = rng.choice(paths)
             kept = random_changes(live(current[path]), rng, relations(current[path]), most=max_changes,
-                                  least=min_changes)
+                                  least=min_changes, floor=min_factor)
             if not kept:
                 continue
             current[path] = rewrite(current[path], kept)
@@ -232,10 +239,10 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
             path = rng.choice(paths)
             if max_changes > 1:
                 changes = random_changes(sites[path], rng, relations(current[path]), most=max_changes,
-                                         least=min_changes)
+                                         least=min_changes, floor=min_factor)
             else:  # the stream of the one-change examples the measured LMs were trained on
                 site = rng.choice(sites[path])
-                changes = [(site, new)] if (new := mutate_site(site, rng)) is not None else []
+                changes = [(site, new)] if (new := mutate_site(site, rng, floor=min_factor)) is not None else []
             if not changes:
                 continue
         if reply == "moves":

@@ -54,6 +54,7 @@ class PretrainConfig:
     digits: bool = False  # one token per digit in a new tokenizer (else BPE merges digit runs: "Ġ192", "002")
     reply: str = "diff"  # the reply form to imitate: diff | moves (a Moves line; [llm] reply must match)
     momentum: float = 0.0  # share of moves examples that repeat the kept newest experiment's steps (imitation.py)
+    min_factor: float = 1.0  # each taught factor at least this far from 1 (x or /); 1: log-uniform in [1/3, 3] as random
 
 
 # the reply's text copied from its prompt: the old values of the Description ("NAME OLD -> NEW")
@@ -131,7 +132,7 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
     set_seed(config.seed)
     pairs = examples(files, random.Random(config.seed), make_diff, config.examples, skip, metric=metric,
                      max_changes=config.max_changes, reply=config.reply, momentum=config.momentum,
-                     min_changes=config.min_changes)
+                     min_changes=config.min_changes, min_factor=config.min_factor)
     if config.init:  # go on training: the model's own tokenizer and window
         tokenizer = AutoTokenizer.from_pretrained(config.init)
         model = AutoModelForCausalLM.from_pretrained(config.init)

@@ -29,12 +29,22 @@ def share_of_odds(odds: float) -> float:
     return min(max(share, math.nextafter(0, 1)), math.nextafter(1, 0))  # odds beyond a float's digits
 
 
-def mutate(value, rng: random.Random, factors: tuple[float, float] = FACTOR_RANGE):
+def draw_factor(rng: random.Random, factors: tuple[float, float] = FACTOR_RANGE, floor: float = 1.0) -> float:
+    """A multiplicative factor, log-uniform in `factors`; with `floor` above 1, at least that
+    far from 1 either way: its size |ln factor| uniform in [ln floor, ln factors[1]] and its
+    sign a coin (for the symmetric range the random policy draws from)."""
+    if floor > 1:
+        size = rng.uniform(math.log(floor), math.log(factors[1]))
+        return math.exp(size if rng.random() < 0.5 else -size)
+    return math.exp(rng.uniform(math.log(factors[0]), math.log(factors[1])))
+
+
+def mutate(value, rng: random.Random, factors: tuple[float, float] = FACTOR_RANGE, floor: float = 1.0):
     if isinstance(value, bool):
         return not value
     if value == 0:
         return None  # a zero has no scale to sample around
-    factor = math.exp(rng.uniform(math.log(factors[0]), math.log(factors[1])))
+    factor = draw_factor(rng, factors, floor)
     if isinstance(value, float) and 0 < value < 1:  # a momentum, beta or share stays in (0, 1)
         return share_of_odds(value / (1 - value) * factor)
     if isinstance(value, int):
@@ -45,8 +55,9 @@ def mutate(value, rng: random.Random, factors: tuple[float, float] = FACTOR_RANG
     return float(f"{value * factor:.3g}")
 
 
-def mutate_site(site, rng: random.Random, factors: tuple[float, float] = FACTOR_RANGE):
-    """A new value for the site (a number by a log-uniform factor within `factors`): an
+def mutate_site(site, rng: random.Random, factors: tuple[float, float] = FACTOR_RANGE, floor: float = 1.0):
+    """A new value for the site (a number by a log-uniform factor within `factors`, at least
+    `floor` from 1 where that is above 1: draw_factor): an
     exponent moves by one or two steps (2**10 -> 2**11, never 2**30), a shape-like int stays
     a multiple of its alignment. None where there is none, or where the mutation rounds back
     to the value (1 stepped down, an aligned int, a float at 3 digits): a made-up past
@@ -54,7 +65,7 @@ def mutate_site(site, rng: random.Random, factors: tuple[float, float] = FACTOR_
     if site.kind == "exponent" and isinstance(site.value, int):
         new = max(0, site.value + rng.choice((-2, -1, 1, 2)))
     else:
-        new = mutate(site.value, rng, factors)
+        new = mutate(site.value, rng, factors, floor)
         if new is not None and site.align > 1:
             new = max(site.align, round(new / site.align) * site.align)
     return None if new == site.value else new
@@ -91,20 +102,21 @@ def keep_relations(changes: list, sites: list, relations) -> list:
 
 
 def random_changes(sites: list, rng: random.Random, relations=(), most: int = 3,
-                   factors: tuple[float, float] = FACTOR_RANGE, least: int = 1) -> list:
-    """`least` (one) to `most` of the sites, each with a mutated value: [(site, new value)],
+                   factors: tuple[float, float] = FACTOR_RANGE, least: int = 1, floor: float = 1.0) -> list:
+    """`least` (one) to `most` of the sites, each with a mutated value (mutate_site: its factor
+    at least `floor` from 1): [(site, new value)],
     keeping the divisor relations (constants.relations) that hold now; a site with no new
     value (mutate_site, as a constant at 0) is left out, and while fewer than `least` moved,
     another site takes its place (with least 1 the draws are those the random policy made
     before `least` existed); keeping a relation may still fold a move back."""
     chosen = rng.sample(sites, k=min(len(sites), rng.randint(least, most)))
-    changes = [(s, new) for s in chosen if (new := mutate_site(s, rng, factors)) is not None]
+    changes = [(s, new) for s in chosen if (new := mutate_site(s, rng, factors, floor)) is not None]
     if least > 1 and len(changes) < least:  # with least 1 an empty draw is the caller's to redraw
         spare = [s for s in sites if s not in chosen]
         for site in rng.sample(spare, k=len(spare)):
             if len(changes) >= least:
                 break
-            if (new := mutate_site(site, rng, factors)) is not None:
+            if (new := mutate_site(site, rng, factors, floor)) is not None:
                 changes.append((site, new))
     return keep_relations(changes, sites, relations) if relations else changes
 
