@@ -14,10 +14,15 @@ relations kept), except where the arm says otherwise:
 - oracle-K: K of random's proposals, the one with the lowest true mean run (a perfect
   reranker: the ceiling of a policy that learns which of random's moves to make);
 - wide: factors in [1/5, 5], beyond the bench's cap at x3 (does move size pay here?);
+- narrow: factors in [3^-0.75, 3^0.75] (|ln factor| x0.75: a policy LM's moves, narrower than
+  the random moves it imitated, docs/gym.md);
+- bold: factors at least x1.5 from 1 (|ln factor| uniform in [ln 1.5, ln 3], either sign:
+  `pretrain-policy --min-factor 1.5`'s teacher); bolder: at least x2;
 - momentum: after a keep, the same steps again (moves.step_for, applied as the harness applies
   a Moves line) until one is not kept, at most 3;
 - repeat: momentum with no cap (the rule `pretrain-policy --momentum` teaches: the newest past
   experiment was kept, so its steps again);
+- bold-repeat, narrow-repeat: repeat, its fresh moves bold or narrow;
 - bandit: Thompson sampling over the constants from their keeps and misses (a learner of
   which constants pay, the preference PPO could learn from keeps).
 
@@ -49,9 +54,13 @@ from gitresearch.resources import resource
 GYM = resource("gym")  # gym_repo/: the template `gitresearch init --template gym` copies
 SKIP = ("CURVE_POINTS",)  # gym_repo/gitresearch.toml's skip_constants
 CHECKPOINTS = (25, 50, 100, 200, 300)  # experiments after which the medians over seeds are kept
-ARMS = ("random", "oracle-2", "oracle-4", "wide", "momentum", "repeat", "bandit")
-WIDE = (1 / 5, 5.0)  # the wide arm's factors: beyond the bench's cap at x3
-MOMENTUM_STREAK = {"momentum": 3, "repeat": math.inf}  # kept steps repeated at most this many times in a row
+ARMS = ("random", "oracle-2", "oracle-4", "wide", "narrow", "bold", "bolder", "momentum", "repeat", "narrow-repeat",
+        "bold-repeat", "bandit")
+# the arms' factor ranges where not the random policy's: wide goes beyond the bench's cap at
+# x3; narrow is the random policy's range with |ln factor| x0.75
+FACTORS = {"wide": (1 / 5, 5.0), "narrow": (3 ** -0.75, 3 ** 0.75), "narrow-repeat": (3 ** -0.75, 3 ** 0.75)}
+FLOOR = {"bold": 1.5, "bolder": 2.0, "bold-repeat": 1.5}  # the least factor from 1 (random_search.draw_factor)
+MOMENTUM_STREAK = {"momentum": 3, "repeat": math.inf, "narrow-repeat": math.inf, "bold-repeat": math.inf}  # kept steps repeated at most this many times in a row
 
 
 def load_gym():
@@ -107,7 +116,8 @@ def climb(arm: str, seed: int, surrogate: Surrogate, source: str, experiments: i
             changes = random_search.keep_relations(
                 [(s, new) for s in chosen if (new := random_search.mutate_site(s, rng)) is not None], sites, rels)
         elif not changes:
-            changes = random_search.random_changes(sites, rng, rels, factors=WIDE if arm == "wide" else random_search.FACTOR_RANGE)
+            changes = random_search.random_changes(sites, rng, rels, factors=FACTORS.get(arm, random_search.FACTOR_RANGE),
+                                                   floor=FLOOR.get(arm, 1.0))
         if arm.startswith("oracle-"):
             candidates = [changes] + [random_search.random_changes(sites, rng, rels) for _ in range(int(arm[7:]) - 1)]
             changes = min((c for c in candidates if c), default=[],
