@@ -22,7 +22,9 @@ relations kept), except where the arm says otherwise:
   a Moves line) until one is not kept, at most 3;
 - repeat: momentum with no cap (the rule `pretrain-policy --momentum` teaches: the newest past
   experiment was kept, so its steps again);
-- bold-repeat, narrow-repeat: repeat, its fresh moves bold or narrow;
+- bold-repeat, narrow-repeat: repeat, its fresh moves bold or narrow; bold100-repeat and
+  bold150-repeat: bold for the first 100 or 150 experiments, then random's factors (wide
+  early, fine late);
 - bandit: Thompson sampling over the constants from their keeps and misses (a learner of
   which constants pay, the preference PPO could learn from keeps).
 
@@ -55,12 +57,14 @@ GYM = resource("gym")  # gym_repo/: the template `gitresearch init --template gy
 SKIP = ("CURVE_POINTS",)  # gym_repo/gitresearch.toml's skip_constants
 CHECKPOINTS = (25, 50, 100, 200, 300)  # experiments after which the medians over seeds are kept
 ARMS = ("random", "oracle-2", "oracle-4", "wide", "narrow", "bold", "bolder", "momentum", "repeat", "narrow-repeat",
-        "bold-repeat", "bandit")
+        "bold-repeat", "bold100-repeat", "bold150-repeat", "bandit")
 # the arms' factor ranges where not the random policy's: wide goes beyond the bench's cap at
 # x3; narrow is the random policy's range with |ln factor| x0.75
 FACTORS = {"wide": (1 / 5, 5.0), "narrow": (3 ** -0.75, 3 ** 0.75), "narrow-repeat": (3 ** -0.75, 3 ** 0.75)}
-FLOOR = {"bold": 1.5, "bolder": 2.0, "bold-repeat": 1.5}  # the least factor from 1 (random_search.draw_factor)
-MOMENTUM_STREAK = {"momentum": 3, "repeat": math.inf, "narrow-repeat": math.inf, "bold-repeat": math.inf}  # kept steps repeated at most this many times in a row
+FLOOR = {"bold": 1.5, "bolder": 2.0, "bold-repeat": 1.5, "bold100-repeat": 1.5, "bold150-repeat": 1.5}  # the least factor from 1 (random_search.draw_factor)
+FLOOR_UNTIL = {"bold100-repeat": 100, "bold150-repeat": 150}  # experiments after which the floor is lifted
+MOMENTUM_STREAK = {"momentum": 3, "repeat": math.inf, "narrow-repeat": math.inf, "bold-repeat": math.inf,
+                   "bold100-repeat": math.inf, "bold150-repeat": math.inf}  # kept steps repeated at most this many times in a row
 
 
 def load_gym():
@@ -100,8 +104,9 @@ def climb(arm: str, seed: int, surrogate: Surrogate, source: str, experiments: i
     hits, misses = collections.Counter(), collections.Counter()
     again, streak = None, 0
     trajectory = []
-    for _ in range(experiments):
+    for number in range(experiments):
         trajectory.append(best)
+        floor = FLOOR.get(arm, 1.0) if number < FLOOR_UNTIL.get(arm, math.inf) else 1.0
         sites = find_sites(source, SKIP)
         rels = relations(source)
         changes = []
@@ -117,7 +122,7 @@ def climb(arm: str, seed: int, surrogate: Surrogate, source: str, experiments: i
                 [(s, new) for s in chosen if (new := random_search.mutate_site(s, rng)) is not None], sites, rels)
         elif not changes:
             changes = random_search.random_changes(sites, rng, rels, factors=FACTORS.get(arm, random_search.FACTOR_RANGE),
-                                                   floor=FLOOR.get(arm, 1.0))
+                                                   floor=floor)
         if arm.startswith("oracle-"):
             candidates = [changes] + [random_search.random_changes(sites, rng, rels) for _ in range(int(arm[7:]) - 1)]
             changes = min((c for c in candidates if c), default=[],
