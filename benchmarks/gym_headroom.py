@@ -43,6 +43,7 @@ best so far}, "mean", "sd", "kept_share": {constant: share of the proposals movi
 5 % test with 80 % power to see the mean gain, normal approximation), and a table on stdout.
 """
 import argparse, collections, importlib.util, json, math, random, statistics, time
+from dataclasses import dataclass
 from pathlib import Path
 
 from scipy import stats
@@ -56,15 +57,26 @@ from gitresearch.resources import resource
 GYM = resource("gym")  # gym_repo/: the template `gitresearch init --template gym` copies
 SKIP = ("CURVE_POINTS",)  # gym_repo/gitresearch.toml's skip_constants
 CHECKPOINTS = (25, 50, 100, 200, 300)  # experiments after which the medians over seeds are kept
-ARMS = ("random", "oracle-2", "oracle-4", "wide", "narrow", "bold", "bolder", "momentum", "repeat", "narrow-repeat",
-        "bold-repeat", "bold100-repeat", "bold150-repeat", "bandit")
-# the arms' factor ranges where not the random policy's: wide goes beyond the bench's cap at
-# x3; narrow is the random policy's range with |ln factor| x0.75
-FACTORS = {"wide": (1 / 5, 5.0), "narrow": (3 ** -0.75, 3 ** 0.75), "narrow-repeat": (3 ** -0.75, 3 ** 0.75)}
-FLOOR = {"bold": 1.5, "bolder": 2.0, "bold-repeat": 1.5, "bold100-repeat": 1.5, "bold150-repeat": 1.5}  # the least factor from 1 (random_search.draw_factor)
-FLOOR_UNTIL = {"bold100-repeat": 100, "bold150-repeat": 150}  # experiments after which the floor is lifted
-MOMENTUM_STREAK = {"momentum": 3, "repeat": math.inf, "narrow-repeat": math.inf, "bold-repeat": math.inf,
-                   "bold100-repeat": math.inf, "bold150-repeat": math.inf}  # kept steps repeated at most this many times in a row
+NARROW = (3 ** -0.75, 3 ** 0.75)  # the random policy's range with |ln factor| x0.75
+
+
+@dataclass(frozen=True)
+class Arm:
+    """How an arm's fresh proposals differ from the random policy's, and whether it repeats keeps."""
+    factors: tuple[float, float] = random_search.FACTOR_RANGE
+    floor: float = 1.0  # the least factor from 1 (random_search.draw_factor)
+    floor_until: float = math.inf  # experiments after which the floor is lifted
+    streak: float = 0  # kept steps repeated at most this many times in a row (0: never)
+
+
+ARMS = {"random": Arm(), "oracle-2": Arm(), "oracle-4": Arm(),
+        "wide": Arm(factors=(1 / 5, 5.0)),  # beyond the bench's cap at x3
+        "narrow": Arm(factors=NARROW), "bold": Arm(floor=1.5), "bolder": Arm(floor=2.0),
+        "momentum": Arm(streak=3), "repeat": Arm(streak=math.inf),
+        "narrow-repeat": Arm(factors=NARROW, streak=math.inf), "bold-repeat": Arm(floor=1.5, streak=math.inf),
+        "bold100-repeat": Arm(floor=1.5, floor_until=100, streak=math.inf),
+        "bold150-repeat": Arm(floor=1.5, floor_until=150, streak=math.inf),
+        "bandit": Arm()}
 
 
 def load_gym():
@@ -99,18 +111,18 @@ def climb(arm: str, seed: int, surrogate: Surrogate, source: str, experiments: i
           noise_sd: float) -> tuple[list[float], collections.Counter, collections.Counter]:
     """One loop of `arm`: the true mean final of its best after each experiment, and per
     constant the proposals that moved it and were kept, and were not."""
-    rng = random.Random(seed)
+    rng, spec = random.Random(seed), ARMS[arm]
     best = surrogate(source)
     hits, misses = collections.Counter(), collections.Counter()
     again, streak = None, 0
     trajectory = []
     for number in range(experiments):
         trajectory.append(best)
-        floor = FLOOR.get(arm, 1.0) if number < FLOOR_UNTIL.get(arm, math.inf) else 1.0
+        floor = spec.floor if number < spec.floor_until else 1.0
         sites = find_sites(source, SKIP)
         rels = relations(source)
         changes = []
-        if arm in MOMENTUM_STREAK and again and streak < MOMENTUM_STREAK[arm]:  # the kept steps again, as the harness applies a Moves line
+        if again and streak < spec.streak:  # the kept steps again, as the harness applies a Moves line
             try:
                 changes = moved(again, {"train.py": source}, {"train.py": sites})[1]
             except InvalidReply:  # the steps round to no change here: a fresh proposal
@@ -121,8 +133,7 @@ def climb(arm: str, seed: int, surrogate: Surrogate, source: str, experiments: i
             changes = random_search.keep_relations(
                 [(s, new) for s in chosen if (new := random_search.mutate_site(s, rng)) is not None], sites, rels)
         elif not changes:
-            changes = random_search.random_changes(sites, rng, rels, factors=FACTORS.get(arm, random_search.FACTOR_RANGE),
-                                                   floor=floor)
+            changes = random_search.random_changes(sites, rng, rels, factors=spec.factors, floor=floor)
         if arm.startswith("oracle-"):
             candidates = [changes] + [random_search.random_changes(sites, rng, rels) for _ in range(int(arm[7:]) - 1)]
             changes = min((c for c in candidates if c), default=[],
@@ -135,7 +146,7 @@ def climb(arm: str, seed: int, surrogate: Surrogate, source: str, experiments: i
         for site, _ in changes:
             (hits if kept else misses)[site.name] += 1
         if kept:
-            if arm in MOMENTUM_STREAK:
+            if spec.streak:
                 again, streak = "; ".join(step_for(s, new) for s, new in changes), streak + 1
             source, best = candidate, value
         else:
