@@ -114,6 +114,8 @@ class PolicyConfig:
     system_prompt: str = ""  # file with a system prompt replacing the built-in one
     seed: int | None = None  # random, optuna (and rl, unless [rl] seed) policies' seed; None: fresh entropy
     skip_constants: tuple[str, ...] = ()  # constants the random and optuna policies leave alone
+    random_min_factor: float = 1.0  # random policy: every factor at least this far from 1 (x or /, within x3); 1: off
+    random_momentum: float = 0.0  # random policy: after a keep, the chance to repeat its steps (moves `again`); 0: off
     sampler: str = "tpe"  # optuna policy: tpe | gp | cmaes | qmc
     suggest: str = ""  # llm policy: "" | tpe | gp: show this sampler's suggestion in the prompt
     agent_command: str = ""  # agent policy: the coding agent's shell command (docs/policies.md)
@@ -349,6 +351,12 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
     if low != 0 and not (low > 1 and (high == 0 or low < high)):
         raise ConfigError(f"{path} [policy] min_move_factor = {low!r}: expected a factor above 1 and below "
                           f"max_move_factor ({high!r}, 0: off), or 0 (off)")
+    if not sections["policy"].random_min_factor >= 1:  # its upper bound is the policy's (RandomSearch)
+        raise ConfigError(f"{path} [policy] random_min_factor = {sections['policy'].random_min_factor!r}: expected "
+                          f"a factor of 1 (off) or more")
+    if not 0 <= sections["policy"].random_momentum <= 1:
+        raise ConfigError(f"{path} [policy] random_momentum = {sections['policy'].random_momentum!r}: expected "
+                          f"a chance from 0 (off) to 1 (always repeat a keep)")
     if sections["policy"].suggest not in ("", "tpe", "gp"):
         raise ConfigError(f"{path} [policy] suggest = {sections['policy'].suggest!r}: expected "
                           f"\"tpe\", \"gp\" or \"\" (off)")

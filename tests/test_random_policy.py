@@ -194,3 +194,63 @@ def test_a_factor_floor_moves_every_constant_at_least_that_far_and_floor_one_dra
             old = site.value
             moved = math.log(new / (1 - new) / (old / (1 - old))) if 0 < old < 1 else math.log(new / old)
             assert abs(moved) >= math.log(1.5) - 2e-3, (site.name, old, new)
+
+
+def teacher(seed=0, floor=1.0, momentum=0.0):
+    return RandomSearch(Config(policy=PolicyConfig(seed=seed, random_min_factor=floor, random_momentum=momentum)),
+                        DiffMaker(), cuda=False)
+
+
+def test_the_policy_with_a_momentum_repeats_a_keep_that_made_best_and_otherwise_draws_as_plain():
+    """random_momentum 1: after a keep (the newest experiment made best) the proposal is its
+    steps once more from best, as `Moves: again` writes them; after anything else, and with
+    momentum 0, the proposals are the plain policy's, draw for draw."""
+    from gitresearch.history import Entry
+    source = "LR = 0.02\nWIDTH = 64\nCLIP = 1.0\n"
+    chain = [{"status": "baseline", "description": "baseline"},
+             {"status": "keep", "description": "LR 0.01 -> 0.02; CLIP 2.0 -> 1.0"}]
+    kept = [Entry(2, "c" * 40, "p" * 40, chain[1]["description"], "keep", 1.5, -0.01, "", "", 1.0, None, "")]
+    lost = [Entry(3, "d" * 40, "c" * 40, "WIDTH 64 -> 128", "discard", 1.6, 0.1, "", "", 1.0, None, "")] + kept
+
+    def proposals(policy, history, n=20):
+        state = State("c" * 40, {"train.py": source}, history, chain, Config())
+        return [policy.propose(state) for _ in range(n)]
+
+    for proposal in proposals(teacher(momentum=1.0), kept, 3):
+        # LR is a float in (0, 1): its odds move x2.02 again (0.0396, not 0.04), CLIP /2 again
+        assert proposal.description == "LR 0.02 -> 0.0396; CLIP 1.0 -> 0.5" and proposal.data["again"]
+        assert "+LR = 0.0396\n" in proposal.diff and "+CLIP = 0.5\n" in proposal.diff
+    plain = [p.diff for p in proposals(teacher(), [])]
+    assert [p.diff for p in proposals(teacher(momentum=1.0), lost)] == plain
+    assert [p.diff for p in proposals(teacher(momentum=0.0), kept)] == plain
+    # half the time after a keep: about half the proposals repeat it
+    repeats = sum("again" in p.data for p in proposals(teacher(seed=5, momentum=0.5), kept, 400))
+    assert 150 < repeats < 250
+    # the repeat tried before: a fresh draw instead
+    tried = frozenset({diff_sha(proposals(teacher(momentum=1.0), kept, 1)[0].diff)})
+    again = teacher(momentum=1.0).propose(State("c" * 40, {"train.py": source}, kept, chain, Config(), tried))
+    assert "again" not in again.data and diff_sha(again.diff) not in tried
+
+
+def test_the_policy_with_a_factor_floor_moves_every_constant_at_least_that_far():
+    source = "LR = 0.02\nEMBED_LR = 0.3\nWIDTH_MULT = 40.0\nCLIP = 1.0\n"
+    floored, plain = teacher(floor=1.5), teacher()
+    sizes = {"floored": [], "plain": []}
+    for _ in range(150):
+        for name, policy in (("floored", floored), ("plain", plain)):
+            for change in policy.propose(State("x", {"train.py": source}, [], [], Config())).data["changes"]:
+                old, new = change["old"], change["new"]
+                odds = 0 < old < 1 and 0 < new < 1
+                sizes[name].append(abs(math.log(new / (1 - new) / (old / (1 - old))) if odds else math.log(new / old)))
+    assert min(sizes["floored"]) >= math.log(1.5) - 2e-3
+    assert min(sizes["plain"]) < math.log(1.2)  # without it small moves are drawn
+
+
+def test_the_teacher_settings_out_of_range_are_refused(tmp_path):
+    from gitresearch.config import ConfigError, load
+    for setting in ("random_min_factor = 0.5", "random_momentum = 1.5", "random_momentum = -0.1"):
+        (tmp_path / "gitresearch.toml").write_text(f"[policy]\n{setting}\n")
+        with pytest.raises(ConfigError, match=setting.split(" ")[0]):
+            load(tmp_path)
+    with pytest.raises(ConfigError, match="random_min_factor"):
+        teacher(floor=3.0)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 import random
 
+from ..config import ConfigError
 from ..diffs import diff_sha
 from ..workers import visible_gpus
-from . import PolicyError, Proposal, State
+from . import InvalidReply, PolicyError, Proposal, State
 from .constants import described, find_sites, relations, rewrite
 
 FACTOR_RANGE = (1 / 3, 3.0)  # floats are multiplied by a log-uniform factor in this range
@@ -122,27 +123,63 @@ def random_changes(sites: list, rng: random.Random, relations=(), most: int = 3,
 
 
 class RandomSearch:
+    """With [policy] random_min_factor and random_momentum at their defaults (1 and 0) the
+    plain random policy. With them set it is the teacher `pretrain-policy --min-factor
+    --momentum` shows a small LM: every factor at least random_min_factor from 1, and after a
+    keep (the newest finished experiment made best) with chance random_momentum the kept steps
+    once more, as the moves reply `Moves: again` applies them (docs/policies.md, "Bold moves")."""
     name = "random"
 
     def __init__(self, config, store, seed: int | None = None, cuda: bool | None = None):
         self.store = store
         self.rng = random.Random(seed if seed is not None else config.policy.seed)
+        self.floor = config.policy.random_min_factor
+        if self.floor >= FACTOR_RANGE[1]:
+            raise ConfigError(f"[policy] random_min_factor = {self.floor!r}: expected a factor below the random "
+                              f"policy's largest, {FACTOR_RANGE[1]:g}")
+        self.momentum = config.policy.random_momentum
         self.skip = config.policy.skip_constants
         self.metric = config.metric.name
         # the runner gives each run a GPU when this machine has one (workers.worker_env)
         self.cuda = bool(visible_gpus()) if cuda is None else cuda
 
+    def sites(self, state: State, path: str) -> list:
+        avoided = set(state.diagnostics.get("crashed_constants") or {})
+        return [s for s in find_sites(state.files[path], self.skip, cuda=self.cuda, metric=self.metric)
+                if s.name.split("[")[0] not in avoided]
+
+    def again(self, state: State) -> Proposal | None:
+        """The steps of the keep that made best, once more from best (moves.AGAIN), or None
+        where there is none to repeat, they round to no change or were tried before."""
+        from .moves import AGAIN, best_steps, moved  # moves builds on this module's helpers
+        sites = {path: self.sites(state, path) for path in sorted(state.files)}
+        kept = best_steps(state.best_chain, sites)
+        if not kept:
+            return None
+        try:
+            path, changes = moved(AGAIN, state.files, sites, kept)
+        except InvalidReply:  # a kept constant now avoided, or a step rounding to nothing
+            return None
+        source = state.files[path]
+        diff = self.store.make_diff(path, source, rewrite(source, changes))
+        if diff_sha(diff) in state.tried_diffs:
+            return None
+        return Proposal(diff, described(changes), {"again": kept, "changes": [
+            {"name": s.name, "old": s.value, "new": new} for s, new in changes]})
+
     def propose(self, state: State) -> Proposal:
         tried = state.tried_diffs
+        newest_kept = bool(state.history) and state.history[0].status == "keep"
+        if self.momentum and newest_kept and self.rng.random() < self.momentum:
+            if (proposal := self.again(state)) is not None:
+                return proposal
         for _ in range(MAX_TRIES):
             path = self.rng.choice(sorted(state.files))
             source = state.files[path]
-            avoided = set(state.diagnostics.get("crashed_constants") or {})
-            sites = [s for s in find_sites(source, self.skip, cuda=self.cuda, metric=self.metric)
-                     if s.name.split("[")[0] not in avoided]
+            sites = self.sites(state, path)
             if not sites:
                 continue
-            changes = random_changes(sites, self.rng, relations(source))
+            changes = random_changes(sites, self.rng, relations(source), floor=self.floor)
             if not changes:
                 continue
             diff = self.store.make_diff(path, source, rewrite(source, changes))
