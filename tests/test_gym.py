@@ -270,3 +270,41 @@ def test_the_headroom_benchmark_reads_the_gyms_own_prediction(tmp_path):
             predicted.update(zip(gp["outputs"], gym.gp_mean(gp, x)))
         assert surrogate((work / "train.py").read_text()) == pytest.approx(predicted["final"], abs=1e-12)
     assert surrogate((gym_copy(tmp_path / "bad", WIDTH=100) / "train.py").read_text()) is None
+
+
+def test_the_teachers_rules_run_in_a_real_loop(tmp_path):
+    """[policy] random_momentum 1 and random_min_factor 1.5 in a real gym loop: each experiment
+    right after a keep repeats the keep's steps (as steps_of states them from the keep's
+    parent) on the same constants the same way, no other experiment is a repeat, and every
+    fresh move of a float is at least x1.5."""
+    from gitresearch.policies import InvalidReply
+    from gitresearch.policies.constants import find_sites
+    from gitresearch.policies.moves import AGAIN, moved, steps_of
+    repo = tmp_path / "repo"
+    cli("init", "--template", "gym", str(repo), cwd=tmp_path)
+    cli("loop", "--policy", "random", "--seed", "3", "--max-experiments", "24", "--set", "policy.random_momentum=1",
+        "--set", "policy.random_min_factor=1.5", cwd=repo)
+    store = Store(repo)
+    experiments = list(reversed(store.experiments()))
+    sites_at = lambda commit: {"train.py": find_sites(store.read_file(commit, "train.py"))}  # noqa: E731
+    repeats = 0
+    for before, after in zip(experiments[1:], experiments[2:]):
+        data = after.record.get("policy_data") or {}
+        if before.record["status"] != "keep":
+            assert "again" not in data
+            for change in data.get("changes", []):
+                old, new = change["old"], change["new"]
+                if isinstance(old, float) and old > 0 and not 0 < old < 1:
+                    assert abs(math.log(new / old)) >= math.log(1.5) - 2e-3, change
+            continue
+        kept = steps_of(before.record["description"], sites_at(store.parent_of(before.commit)))
+        if "again" not in data:  # the fallback: here the kept steps change nothing (DEPTH 1 -2 stays 1)
+            with pytest.raises(InvalidReply, match="leave every value where it was"):
+                moved(AGAIN, {"train.py": store.read_file(before.commit, "train.py")}, sites_at(before.commit), kept)
+            continue
+        assert data["again"] == kept
+        # the same constants, each the same way (a step may shrink at a bound: DEPTH 2 -2 stays 1)
+        direction = lambda changes: {c["name"]: c["new"] > c["old"] for c in changes}  # noqa: E731
+        assert direction(data["changes"]) == direction(before.record["policy_data"]["changes"])
+        repeats += 1
+    assert repeats >= 2
