@@ -122,12 +122,18 @@ def random_changes(sites: list, rng: random.Random, relations=(), most: int = 3,
     return keep_relations(changes, sites, relations) if relations else changes
 
 
+def changes_data(changes) -> list[dict]:
+    """The note's record of [(site, new value)]."""
+    return [{"name": site.name, "old": site.value, "new": new} for site, new in changes]
+
+
 class RandomSearch:
     """With [policy] random_min_factor and random_momentum at their defaults (1 and 0) the
     plain random policy. With them set it is the teacher `pretrain-policy --min-factor
     --momentum` shows a small LM: every factor at least random_min_factor from 1, and after a
     keep (the newest finished experiment made best) with chance random_momentum the kept steps
-    once more, as the moves reply `Moves: again` applies them (docs/policies.md, "Bold moves")."""
+    once more, as the moves reply `Moves: again` applies them (docs/policies.md, "The
+    teacher's rules")."""
     name = "random"
 
     def __init__(self, config, store, seed: int | None = None, cuda: bool | None = None):
@@ -164,8 +170,7 @@ class RandomSearch:
         diff = self.store.make_diff(path, source, rewrite(source, changes))
         if diff_sha(diff) in state.tried_diffs:
             return None
-        return Proposal(diff, described(changes), {"again": kept, "changes": [
-            {"name": s.name, "old": s.value, "new": new} for s, new in changes]})
+        return Proposal(diff, described(changes), {"again": kept, "changes": changes_data(changes)})
 
     def propose(self, state: State) -> Proposal:
         tried = state.tried_diffs
@@ -186,8 +191,7 @@ class RandomSearch:
             sha = diff_sha(diff)
             if sha in tried:
                 continue
-            return Proposal(diff, described(changes), {"changes": [
-                {"name": s.name, "old": s.value, "new": new} for s, new in changes]})
+            return Proposal(diff, described(changes), {"changes": changes_data(changes)})
         raise PolicyError(f"no new mutation found in {MAX_TRIES} tries")
 
     def observe(self, record: dict) -> None:
