@@ -23,6 +23,11 @@ def f():
 '''
 
 
+def log_move(old: float, new: float) -> float:
+    """ln of the factor a move applied: to the odds of a share in (0, 1), as the policy moves one."""
+    return math.log(new / (1 - new) / (old / (1 - old))) if 0 < old < 1 else math.log(new / old)
+
+
 class DiffMaker:
     def make_diff(self, path, old, new):
         import difflib
@@ -191,9 +196,7 @@ def test_a_factor_floor_moves_every_constant_at_least_that_far_and_floor_one_dra
     sites = find_sites("LR = 0.02\nEMBED_LR = 0.3\nBETA = 0.9\nCLIP = 1.0\n")
     for seed in range(300):
         for site, new in random_changes(sites, random.Random(seed), floor=1.5):
-            old = site.value
-            moved = math.log(new / (1 - new) / (old / (1 - old))) if 0 < old < 1 else math.log(new / old)
-            assert abs(moved) >= math.log(1.5) - 2e-3, (site.name, old, new)
+            assert abs(log_move(site.value, new)) >= math.log(1.5) - 2e-3, (site.name, site.value, new)
 
 
 def teacher(seed=0, floor=1.0, momentum=0.0):
@@ -239,9 +242,7 @@ def test_the_policy_with_a_factor_floor_moves_every_constant_at_least_that_far()
     for _ in range(150):
         for name, policy in (("floored", floored), ("plain", plain)):
             for change in policy.propose(State("x", {"train.py": source}, [], [], Config())).data["changes"]:
-                old, new = change["old"], change["new"]
-                odds = 0 < old < 1 and 0 < new < 1
-                sizes[name].append(abs(math.log(new / (1 - new) / (old / (1 - old))) if odds else math.log(new / old)))
+                sizes[name].append(abs(log_move(change["old"], change["new"])))
     assert min(sizes["floored"]) >= math.log(1.5) - 2e-3
     assert min(sizes["plain"]) < math.log(1.2)  # without it small moves are drawn
 

@@ -166,14 +166,17 @@ class RandomSearch:
             path, changes = moved(AGAIN, state.files, sites, kept)
         except InvalidReply:  # a kept constant now avoided, or a step rounding to nothing
             return None
+        return self.untried(state, path, changes, again=kept)
+
+    def untried(self, state: State, path: str, changes: list, **data) -> Proposal | None:
+        """The proposal that makes `changes` to `path`, or None where its diff was tried before."""
         source = state.files[path]
         diff = self.store.make_diff(path, source, rewrite(source, changes))
         if diff_sha(diff) in state.tried_diffs:
             return None
-        return Proposal(diff, described(changes), {"again": kept, "changes": changes_data(changes)})
+        return Proposal(diff, described(changes), {**data, "changes": changes_data(changes)})
 
     def propose(self, state: State) -> Proposal:
-        tried = state.tried_diffs
         newest_kept = bool(state.history) and state.history[0].status == "keep"
         if self.momentum and newest_kept and self.rng.random() < self.momentum:
             if (proposal := self.again(state)) is not None:
@@ -185,13 +188,8 @@ class RandomSearch:
             if not sites:
                 continue
             changes = random_changes(sites, self.rng, relations(source), floor=self.floor)
-            if not changes:
-                continue
-            diff = self.store.make_diff(path, source, rewrite(source, changes))
-            sha = diff_sha(diff)
-            if sha in tried:
-                continue
-            return Proposal(diff, described(changes), {"changes": changes_data(changes)})
+            if changes and (proposal := self.untried(state, path, changes)) is not None:
+                return proposal
         raise PolicyError(f"no new mutation found in {MAX_TRIES} tries")
 
     def observe(self, record: dict) -> None:
