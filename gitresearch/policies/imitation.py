@@ -164,7 +164,8 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
              n: int, skip: tuple[str, ...] = (), cuda: bool = False, metric: str = "val_bpb",
              wander: int = WANDER_STEPS, tries: tuple[int, ...] = FAILED_TRIES,
              max_changes: int = 1, reply: str = "diff", momentum: float = 0.0,
-             min_changes: int = 1, min_factor: float = 1.0) -> list[Example]:
+             min_changes: int = 1, min_factor: float = 1.0, history: int = MAX_HISTORY,
+             fits: Callable[[list[dict]], bool] | None = None) -> list[Example]:
     """n imitation examples over `files` (path -> source of the baseline), each after a number
     of failed tries drawn from `tries`, each reply changing `min_changes` to `max_changes`
     constants (fewer only where a mutation rounds back to its value), in
@@ -209,14 +210,14 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
             return description, steps_of(description, sites) if reply == "moves" else None
 
         # made-up past experiments: the model learns to read past them, not to trust them
-        history, number, kept_steps = [], rng.randint(1, 300), None
+        past, number, kept_steps = [], rng.randint(1, 300), None
         if repeat:  # the newest one: the keep whose steps the reply repeats
             description, kept_steps = told(kept)
-            history.append(history_line(number, "keep", round(rng.uniform(1.5, 4.0), 6),
+            past.append(history_line(number, "keep", round(rng.uniform(1.5, 4.0), 6),
                                         round(rng.uniform(-0.05, -0.001), 6), description, kept_steps))
-        for k in range(len(history), rng.randint(len(history), MAX_HISTORY)):
+        for k in range(len(past), rng.randint(len(past), history)):
             # with a momentum teacher a kept newest experiment always means "repeat it"
-            status = rng.choice(STATUSES[1:] if not history and momentum else STATUSES)
+            status = rng.choice(STATUSES[1:] if not past and momentum else STATUSES)
             value = None if status in UNMEASURED else round(rng.uniform(1.5, 4.0), 6)
             delta = None if value is None else round(rng.uniform(-0.05, 0.5), 6)
             changes = random_changes(sites[rng.choice(paths)], rng)
@@ -225,7 +226,7 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
             description, steps = told(changes)
             if status == "keep" and kept_steps is None:
                 kept_steps = steps
-            history.append(history_line(number - k, status, value, delta, description, steps))
+            past.append(history_line(number - k, status, value, delta, description, steps))
         text = repeats = None
         if repeat:  # `again`: the kept steps once more, as the harness applies them to `current`
             text = f"{MOVES_PREFIX} {AGAIN}\n"
@@ -259,6 +260,16 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
         if after == current[path]:
             continue
         retries = [m for _ in range(rng.choice(tries)) for m in compact_retry(*failed(rng.choice(FAILURES)), reply)]
-        out.append(Example(compact_prompt(current, sites, history, metric, reply), text, path, current[path], after,
-                           tuple(retries), repeats, kept_steps))
+        prompt = compact_prompt(current, sites, past, metric, reply)
+        while fits and not fits([{"role": "user", "content": prompt}, *retries]):
+            if past:  # as the loop: a quarter of the shown lines at a time, oldest first
+                past = past[:len(past) - max(1, len(past) // 4)]
+                prompt = compact_prompt(current, sites, past, metric, reply)
+            elif retries:
+                retries = retries[2:]
+            else:
+                break
+        if fits and (not fits([{"role": "user", "content": prompt}, *retries]) or (repeat and not past)):
+            continue  # no room for the view, or the keep the reply repeats is no longer shown
+        out.append(Example(prompt, text, path, current[path], after, tuple(retries), repeats, kept_steps))
     return out

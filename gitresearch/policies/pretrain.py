@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 
 from .constants import find_sites, log_moves, move_summary
-from .imitation import WANDER_STEPS, Example, examples
+from .imitation import MAX_HISTORY, WANDER_STEPS, Example, examples
 from .moves import find_moves, step_names, with_again
 from .ppo import render_chat
 from .reply import parse_reply
@@ -55,6 +55,11 @@ class PretrainConfig:
     reply: str = "diff"  # the reply form to imitate: diff | moves (a Moves line; [llm] reply must match)
     momentum: float = 0.0  # share of moves examples that repeat the kept newest experiment's steps (imitation.py)
     min_factor: float = 1.0  # each taught factor at least this far from 1 (x or /); 1: log-uniform in [1/3, 3] as random
+    history: int = MAX_HISTORY  # most made-up past experiments an example's prompt shows
+    # tokens the loop leaves the reply ([llm] max_tokens, at most half the window): a prompt gives
+    # way to window - this - 16 as the loop's does (history dropped, oldest first); 0: an
+    # example that does not fit the window is drawn again, its history whole
+    reply_tokens: int = 0
 
 
 # the reply's text copied from its prompt: the old values of the Description ("NAME OLD -> NEW")
@@ -88,6 +93,17 @@ def train_tokenizer(texts: list[str], vocab_size: int, digits: bool = False):
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tokenizer.train_from_iterator(texts, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, pad_token=EOS)
+
+
+def loop_fit(tokenizer, window: int, reply_tokens: int) -> Callable[[list[dict]], bool] | None:
+    """Whether messages leave the loop's reply budget in the window, counted as the loop's
+    compact prompt counts them (prompt.build_compact_prompt); None for reply_tokens 0."""
+    if not reply_tokens:
+        return None
+    if not 0 < reply_tokens < window:
+        raise ValueError(f"reply_tokens {reply_tokens} must be below the model's window of {window} positions")
+    count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    return lambda messages: sum(count(m["content"]) for m in messages) <= window - reply_tokens - 16
 
 
 def encode(tokenizer, example: Example, positions: int,
@@ -130,9 +146,13 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
         raise ValueError("digits makes a new tokenizer, and init goes on training a model with its own")
     started = time.monotonic()
     set_seed(config.seed)
-    pairs = examples(files, random.Random(config.seed), make_diff, config.examples, skip, metric=metric,
-                     max_changes=config.max_changes, reply=config.reply, momentum=config.momentum,
-                     min_changes=config.min_changes, min_factor=config.min_factor)
+    def draw(fits=None) -> list[Example]:
+        return examples(files, random.Random(config.seed), make_diff, config.examples, skip, metric=metric,
+                        max_changes=config.max_changes, reply=config.reply, momentum=config.momentum,
+                        min_changes=config.min_changes, min_factor=config.min_factor, history=config.history,
+                        fits=fits)
+
+    pairs = draw() if not config.init else []
     if config.init:  # go on training: the model's own tokenizer and window
         tokenizer = AutoTokenizer.from_pretrained(config.init)
         model = AutoModelForCausalLM.from_pretrained(config.init)
@@ -147,6 +167,8 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
             # long on this CPU), and a model this small fits few epochs of its data
             n_head=config.heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.eos_token_id))
+    if config.reply_tokens or not pairs:  # prompts cut as the loop cuts them: the tokenizer counts
+        pairs = draw(loop_fit(tokenizer, positions, config.reply_tokens))
     data = [seq for e in pairs if (seq := encode(tokenizer, e, positions, config.copy_weight))]
     if not data:
         raise ValueError(f"no example fits in {positions} positions")
@@ -185,7 +207,8 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
 def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[str, str], str], dict[str, str]],
                 make_diff: Callable[[str, str, str], str], samples: int, temperature: float = 0.7,
                 seed: int = 0, skip: tuple[str, ...] = (), metric: str = "val_bpb",
-                tries: tuple[int, ...] = (0,), wander: int = 0, reply: str = "diff", momentum: float = 0.0) -> dict:
+                tries: tuple[int, ...] = (0,), wander: int = 0, reply: str = "diff", momentum: float = 0.0,
+                history: int = MAX_HISTORY, reply_tokens: int = 0) -> dict:
     """Sample replies to compact prompts of `files` (made-up histories, after a number of
     failed tries drawn from `tries`: (0,) is a first try; with `wander`, the files first
     moved by up to that many random steps, as the loop's keeps move best) and count those
@@ -197,7 +220,9 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
     bounds the random policy's (and so the imitation data's) moves. With `momentum`, that share
     of the prompts is of imitation.py's momentum teacher: `repeat_asked` counts those whose
     teacher repeats the kept newest steps, `repeated` the replies that do, `named_kept` those
-    that move at least one constant the kept steps moved (in any step or by any factor)."""
+    that move at least one constant the kept steps moved (in any step or by any factor). With
+    `reply_tokens`, prompts of up to `history` past experiments give way as the loop's do
+    (loop_fit) and replies run to that many tokens at most."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from ..proposal import InvalidProposal
@@ -208,11 +233,12 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
     # prompts as the model was trained on them: an example whose prompt and reply do not fit
     # its window is drawn again (the loop's own prompt drops history to fit, docs/policies.md)
     rng, cases, drawn = random.Random(10_000 + seed), [], 0
+    fits = loop_fit(tokenizer, window, reply_tokens)
     while len(cases) < samples:
         if drawn >= 20 * samples:
             raise ValueError(f"{len(cases)} of {drawn} imitation prompts fit the model's window of {window} positions")
         batch = examples(files, rng, make_diff, samples - len(cases), skip, metric=metric, wander=wander, tries=tries,
-                         reply=reply, momentum=momentum)
+                         reply=reply, momentum=momentum, history=history, fits=fits)
         drawn += len(batch)
         cases += [({**files, e.path: e.before}, e.messages, e.repeats, e.kept) for e in batch if encode(tokenizer, e, window)]
     torch.manual_seed(seed)
@@ -225,7 +251,7 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
         # a reply runs to the end of the model's window at most (a prompt with two failed tries
         # leaves less than 384 positions; a reply that long has failed anyway)
         generation = GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
-                                      max_new_tokens=max(1, min(384, window - ids.shape[1])),
+                                      max_new_tokens=max(1, min(reply_tokens or 384, window - ids.shape[1])),
                                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id)
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=generation)
@@ -298,7 +324,7 @@ def check_repo(store, config, model_dir: Path, settings: PretrainConfig = Pretra
 
     common = (model_dir, files, apply, store.make_diff, settings.eval_samples, settings.temperature,
               settings.seed, config.policy.skip_constants, config.metric.name)
-    form = {"reply": settings.reply}
+    form = {"reply": settings.reply, "history": settings.history, "reply_tokens": settings.reply_tokens}
     return {"sampled": valid_share(*common, **form),
             # the prompt of a retry: the loop's 2nd and 3rd tries show the failed ones with their errors
             "sampled_after_failure": valid_share(*common, tries=(1, 2), **form),
