@@ -207,11 +207,31 @@ def test_a_pretrained_policy_lm_learns_the_reply_format_and_is_judged_on_real_ap
         settings, init=str(tmp_path / "lm"), examples=40, steps=5, lr=1e-4), config.policy.skip_constants,
         log=lambda line: None)
     assert more["first_loss"] < 0.7 * stats["first_loss"], (more, stats)
+    # with the loop's reply budget its prompts are cut to fit beside it, as the loop cuts them
+    cut = pretrain(files, tmp_path / "lm3", store.make_diff, replace(
+        settings, init=str(tmp_path / "lm"), examples=40, steps=1, lr=1e-4, history=30, reply_tokens=160),
+        config.policy.skip_constants, log=lambda line: None)
+    headers = len("USER:\n\n\nASSISTANT:\n")  # the chat template's tokens: at most one per character
+    assert cut["longest_prompt"] <= 672 - 160 - 16 + headers < more["longest_prompt"], (cut, more)
     assert (tmp_path / "lm2" / "tokenizer.json").read_text() == (tmp_path / "lm" / "tokenizer.json").read_text()
     # it loads as the rl policy's model, and the compact prompt of the repo's state fits it
     learner = PPOLearner(str(tmp_path / "lm"), config.rl, config.llm)
     assert learner.context_tokens == settings.positions and learner.render(
         [{"role": "user", "content": "x"}]) == "USER:\nx\n\nASSISTANT:\n"
+    # loop_fit counts a prompt's tokens as the loop's compact prompt does, to the token
+    from types import SimpleNamespace
+
+    from gitresearch.policies import State
+    from gitresearch.policies.pretrain import loop_fit
+    from gitresearch.policies.prompt import build_compact_prompt
+    history = [SimpleNamespace(experiment=n, status="discard", val_bpb=2.0, delta=0.01,
+                               description=f"MATRIX_LR 0.005 -> 0.00{n}") for n in range(9, 0, -1)]
+    window = learner.context_tokens
+    prompt = build_compact_prompt(State("0" * 40, files, history, [], config), learner.count_tokens, window, 64)
+    room = window - 16 - prompt.tokens  # the largest reply budget beside this prompt
+    assert room >= 64 and loop_fit(learner.tokenizer, window, room)(prompt.messages)
+    assert not loop_fit(learner.tokenizer, window, room + 1)(prompt.messages)
+    assert loop_fit(learner.tokenizer, window, 0) is None
 
 
 def test_the_compact_prompt_drops_the_oldest_history_to_fit_and_never_the_constants():
@@ -245,6 +265,49 @@ def test_the_compact_prompt_drops_the_oldest_history_to_fit_and_never_the_consta
     assert one.history_shown == 0 and [m["content"][:7] for m in one.messages[1:]] == ["reply 2", "Rejecte"]
     none = build_compact_prompt(retried, words, bare.tokens + 16 + 100, 100)
     assert none.history_shown == 0 and len(none.messages) == 1 and "MATRIX_LR = 0.005" in none.messages[0]["content"]
+
+
+def history_of(prompt: str) -> list[str]:
+    """The past-experiment lines of a compact prompt, newest first."""
+    block = prompt.split("newest first)\n", 1)[1].split("\n\n# Your task", 1)[0]
+    return [] if block == "(none yet)" else block.split("\n")
+
+
+def test_imitation_prompts_cut_to_the_loops_reply_budget_give_way_as_the_loops_do():
+    """With `fits`, each example's prompt keeps its newest history lines: the first count in
+    the loop's sequence (a quarter of the shown lines dropped at a time) whose messages fit,
+    the count before it not fitting; a repeated keep is always still shown; the same draws
+    uncut overflow the budget (else the test would show nothing)."""
+    config, source = load(TARGET), (TARGET / "train.py").read_text()
+    skip, files = config.policy.skip_constants, {"train.py": source}
+    words = lambda messages: sum(len(m["content"].split()) for m in messages)  # noqa: E731
+    budget = 330
+    fits = lambda messages: words(messages) <= budget  # noqa: E731
+    cut_ever = 0
+    for seed in range(12):
+        common = dict(max_changes=3, reply="moves", momentum=0.5, history=30)
+        whole = examples(files, random.Random(seed), None, 1, skip, **common)[0]
+        cut = examples(files, random.Random(seed), None, 1, skip, fits=fits, **common)[0]
+        assert fits(cut.messages)
+        if cut.reply != whole.reply:  # drawn again after a cut that lost its kept line
+            assert cut.repeats is None or history_of(cut.prompt)[0].split()[1] == "keep"
+            continue
+        lines, shown = history_of(whole.prompt), history_of(cut.prompt)
+        assert shown == lines[:len(shown)]
+        counts = [len(lines)]
+        while counts[-1] > 0:
+            counts.append(counts[-1] - max(1, counts[-1] // 4))
+        assert len(shown) in counts
+        if len(shown) < len(lines):  # the count before it in the sequence did not fit
+            cut_ever += 1
+            bigger = counts[counts.index(len(shown)) - 1]
+            longer = cut.prompt.replace("\n".join(shown) or "(none yet)", "\n".join(lines[:bigger]))
+            assert not fits([{"role": "user", "content": longer}, *cut.retries])
+        if cut.repeats:
+            assert shown[0].split()[1] == "keep"
+    assert cut_ever >= 4
+    with pytest.raises(ValueError, match="view of the constants alone overflows"):
+        examples(files, random.Random(0), None, 1, skip, reply="moves", fits=lambda messages: False)
 
 
 def test_the_pretraining_loss_on_right_padded_batches_equals_the_masked_loss():

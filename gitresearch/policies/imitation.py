@@ -267,9 +267,9 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
                 prompt = compact_prompt(current, sites, past, metric, reply)
             elif retries:
                 retries = retries[2:]
-            else:
-                break
-        if fits and (not fits([{"role": "user", "content": prompt}, *retries]) or (repeat and not past)):
-            continue  # no room for the view, or the keep the reply repeats is no longer shown
+            else:  # as the loop, which stops: the constants' view is never cut
+                raise ValueError("the compact prompt's view of the constants alone overflows the reply budget")
+        if fits and repeat and not past:
+            continue  # the keep the reply repeats is no longer shown
         out.append(Example(prompt, text, path, current[path], after, tuple(retries), repeats, kept_steps))
     return out

@@ -196,7 +196,7 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     stats = {"schema": 2, "config": asdict(config), "examples": len(data), "parameters": model.num_parameters(),
-             "tokens_seen": tokens,
+             "tokens_seen": tokens, "longest_prompt": max(labels.count(-100) for _, labels, _ in data),
              "first_loss": round(sum(losses[:20]) / len(losses[:20]), 4),
              "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
              "seconds": round(time.monotonic() - started, 1)}
