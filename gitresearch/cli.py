@@ -164,7 +164,8 @@ def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, mi
     click.echo(f"saved to {out}: {stats['parameters']:,} parameters, reply loss {stats['first_loss']} -> "
                f"{stats['final_loss']} in {stats['seconds']:.0f} s; {sampled['valid']}/{sampled['samples']} sampled "
                f"replies valid ({sampled['distinct_valid']} distinct)")
-    form = "" if settings.reply == "diff" else f' and reply = "{settings.reply}"'
+    form = "" if settings.reply == "diff" else f', reply = "{settings.reply}"'
+    form += f", max_tokens = {settings.reply_tokens}" if settings.reply_tokens else ""
     click.echo(f"use it: gitresearch loop --policy rl --model {out}  (with [llm] prompt = \"compact\"{form})")
 
 
