@@ -144,9 +144,10 @@ def loop(policy, backend, model, base_url, prompt, budget, max_experiments, max_
 @click.option("--min-factor", type=click.FloatRange(1), help="each taught factor at least this far from 1, x or / [1]")
 @click.option("--history", type=click.IntRange(0), help="most made-up past experiments a prompt shows [12]")
 @click.option("--reply-tokens", type=click.IntRange(0), help="the loop's reply budget: prompts cut to fit beside it as the loop's are (0: whole) [0]")
+@click.option("--hide", type=click.FloatRange(0, 1), help="share of views leaving out constants the history names, as crash blame does [0]")
 @click.option("--seed", type=int, default=0, show_default=True)
 def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, min_changes, digits, reply, momentum,
-                    min_factor, history, reply_tokens, seed):
+                    min_factor, history, reply_tokens, hide, seed):
     """Train a small policy LM by imitation of this repo's constant edits (CPU, no download)."""
     from dataclasses import replace
 
@@ -156,7 +157,8 @@ def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, mi
     store = Store(root)
     given = {"examples": examples, "steps": steps, "lr": lr, "copy_weight": copy_weight, "init": init,
              "max_changes": max_changes, "min_changes": min_changes, "digits": digits, "reply": reply, "momentum": momentum,
-             "min_factor": min_factor, "history": history, "reply_tokens": reply_tokens}
+             "min_factor": min_factor, "history": history, "reply_tokens": reply_tokens,
+             "hide": hide}
     settings = replace(PretrainConfig(), seed=seed, **{k: v for k, v in given.items() if v is not None})
     out = out or store.state_dir / "policy-lm"
     stats = pretrain_repo(store, _load(root), out, settings, log=click.echo)

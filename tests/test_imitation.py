@@ -310,6 +310,40 @@ def test_imitation_prompts_cut_to_the_loops_reply_budget_give_way_as_the_loops_d
         examples(files, random.Random(0), None, 1, skip, reply="moves", fits=lambda messages: False)
 
 
+def test_a_view_that_hides_constants_as_crash_blame_does_is_never_named_by_the_reply():
+    """With hide 1 every view leaves out the lines of one or two of the file's constants (never
+    those of the keep `again` repeats), the made-up history names them in some examples, the
+    reply never does (its Moves line and the file it writes); with hide 0 every view shows them
+    all. The loop's compact prompt leaves a constant blamed for crashes out the same way."""
+    from gitresearch.policies.moves import step_names
+    config, source = load(TARGET), (TARGET / "train.py").read_text()
+    skip, files = config.policy.skip_constants, {"train.py": source}
+    every = {s.name for s in find_sites(source, skip)}
+    values = lambda text: {s.name: s.value for s in find_sites(text, skip)}  # noqa: E731
+    shown = lambda prompt: {n for n in every if re.search(rf"^{re.escape(n.split('[')[0])}\b", prompt, re.M)}  # noqa: E731
+    pairs = examples(files, random.Random(4), None, 40, skip, max_changes=3, reply="moves", momentum=0.5, hide=1.0)
+    named_hidden = again = 0
+    for ex in pairs:
+        view = ex.prompt.split("# Past experiments")[0]
+        hidden = {n.split("[")[0] for n in every} - {n.split("[")[0] for n in shown(view)}
+        assert 1 <= len(hidden) <= 2, hidden
+        named_hidden += any(h in line for line in history_of(ex.prompt) for h in hidden)
+        written = step_names(ex.kept) if ex.repeats else step_names(ex.reply.split(":", 1)[1])
+        again += ex.repeats is not None
+        assert not {n.split("[")[0] for n in written} & hidden, (written, hidden)
+        before, after = values(ex.before), values(ex.after)
+        assert not {k.split("[")[0] for k, v in before.items() if after[k] != v} & hidden
+    assert named_hidden >= 10 and again >= 10
+    plain = examples(files, random.Random(4), None, 10, skip, max_changes=3, reply="moves")
+    assert all(shown(ex.prompt.split("# Past experiments")[0]) == every for ex in plain)
+    from gitresearch.policies import State
+    from gitresearch.policies.prompt import build_compact_prompt
+    blamed = State("0" * 40, files, [], [], config, diagnostics={"crashed_constants": {"HEAD_DIM": [3, 5]}})
+    words = lambda text: len(text.split())  # noqa: E731  (a token counter)
+    view = build_compact_prompt(blamed, words, 100_000, 100).messages[0]["content"]
+    assert shown(view) == every - {"HEAD_DIM"} and "MLP_RATIO = " in view
+
+
 def test_the_pretraining_loss_on_right_padded_batches_equals_the_masked_loss():
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel

@@ -32,6 +32,11 @@ With `min_factor` above 1 the teacher moves every constant at least that far (x 
 random policy's x3): a small LM imitating the random policy's factors wrote narrower ones than
 it was shown, and narrower moves lose to random search in the gym (docs/gym.md).
 
+With `hide` > 0 that share of the examples leaves one or two constants out of the view, as the
+loop's crash blame leaves out the constants to blame for repeated crashes, while the made-up
+history may still name them; their lines leave the view, as the loop's compact prompt leaves
+them out: a model taught only full views named such constants (docs/gym.md).
+
 Some examples first show one or two failed tries fed back as the loop feeds them back on a
 retry (prompt.compact_retry: the failed reply, then "Rejected: <error>"): an empty reply, a
 reply with no diff, a diff whose removed line does not match the file (git's own error), a
@@ -52,7 +57,7 @@ from ..proposal import ALREADY_TRIED
 from .constants import Site, described, find_sites, relations, rewrite
 from . import InvalidReply
 from .moves import AGAIN, MOVES_PREFIX, find_moves, moved, step_for, steps_of
-from .prompt import compact_prompt, compact_retry, fence, history_line
+from .prompt import compact_prompt, compact_retry, fence, hidden_lines, history_line
 from .random_search import FACTOR_RANGE, mutate_site, random_changes
 from .reply import parse_reply
 
@@ -165,13 +170,19 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
              wander: int = WANDER_STEPS, tries: tuple[int, ...] = FAILED_TRIES,
              max_changes: int = 1, reply: str = "diff", momentum: float = 0.0,
              min_changes: int = 1, min_factor: float = 1.0, history: int = MAX_HISTORY,
-             fits: Callable[[list[dict]], bool] | None = None) -> list[Example]:
+             fits: Callable[[list[dict]], bool] | None = None, hide: float = 0.0) -> list[Example]:
     """n imitation examples over `files` (path -> source of the baseline), each after a number
     of failed tries drawn from `tries`, each reply changing `min_changes` to `max_changes`
     constants (fewer only where a mutation rounds back to its value), in
     the `reply` form (diff or moves); in the moves form a share `momentum` of them repeat the
     kept newest past experiment's steps; with `min_factor` above 1 every factor the reply (and
-    the keep it repeats) moves a constant by is at least that far from 1 (random_search.draw_factor)."""
+    the keep it repeats) moves a constant by is at least that far from 1 (random_search.draw_factor).
+    Each prompt draws up to `history` made-up past experiments; with `fits` (the messages ->
+    whether they leave the loop's reply budget) the prompt gives way as the loop's compact prompt
+    does (prompt.build_compact_prompt): oldest history lines first, then the fed-back tries; an
+    example whose repeated keep would be cut is drawn again. In a share `hide` of the examples
+    the view leaves out one or two constants (never the repeated keep's), as the loop's crash
+    blame does, while the made-up history may still name them: the reply never does."""
     if not 1 <= min_changes <= max_changes:
         raise ValueError(f"min_changes {min_changes} must be 1 to max_changes {max_changes}")
     if not 1 <= min_factor < FACTOR_RANGE[1]:
@@ -203,7 +214,16 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
             if not kept:
                 continue
             current[path] = rewrite(current[path], kept)
-        sites = {path: live(current[path]) for path in paths}
+        sites = named = {path: live(current[path]) for path in paths}
+        hidden = {}
+        if hide and rng.random() < hide:  # as crash blame does: the view leaves out constants
+            path = rng.choice(paths)  # (by name, as ADAM_BETAS) that the history may name
+            base = lambda site: site.name.split("[")[0]  # noqa: E731
+            names = sorted({base(site) for site in sites[path]})
+            free = sorted(set(names) - {base(site) for site, _ in kept or ()})
+            gone = set(rng.sample(free, min(rng.randint(1, 2), len(names) - 1, len(free))))
+            sites = {**sites, path: [site for site in sites[path] if base(site) not in gone]}
+            hidden = {path: hidden_lines(named[path], sites[path])}
 
         def told(changes) -> tuple[str, str | None]:  # a past experiment's description and steps
             description = described(changes)
@@ -220,7 +240,7 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
             status = rng.choice(STATUSES[1:] if not past and momentum else STATUSES)
             value = None if status in UNMEASURED else round(rng.uniform(1.5, 4.0), 6)
             delta = None if value is None else round(rng.uniform(-0.05, 0.5), 6)
-            changes = random_changes(sites[rng.choice(paths)], rng)
+            changes = random_changes(named[rng.choice(paths)], rng)
             if not changes:  # its one mutation rounded back to the value: no change to show
                 continue
             description, steps = told(changes)
@@ -260,11 +280,11 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
         if after == current[path]:
             continue
         retries = [m for _ in range(rng.choice(tries)) for m in compact_retry(*failed(rng.choice(FAILURES)), reply)]
-        prompt = compact_prompt(current, sites, past, metric, reply)
+        prompt = compact_prompt(current, sites, past, metric, reply, hidden)
         while fits and not fits([{"role": "user", "content": prompt}, *retries]):
             if past:  # as the loop: a quarter of the shown lines at a time, oldest first
                 past = past[:len(past) - max(1, len(past) // 4)]
-                prompt = compact_prompt(current, sites, past, metric, reply)
+                prompt = compact_prompt(current, sites, past, metric, reply, hidden)
             elif retries:
                 retries = retries[2:]
             else:  # as the loop, which stops: the constants' view is never cut

@@ -60,6 +60,7 @@ class PretrainConfig:
     # way to window - this - 16 as the loop's does (history dropped, oldest first); 0: an
     # example that does not fit the window is drawn again, its history whole
     reply_tokens: int = 0
+    hide: float = 0.0  # share of examples whose view leaves out one or two constants the history names (crash blame)
 
 
 # the reply's text copied from its prompt: the old values of the Description ("NAME OLD -> NEW")
@@ -150,7 +151,7 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
         return examples(files, random.Random(config.seed), make_diff, config.examples, skip, metric=metric,
                         max_changes=config.max_changes, reply=config.reply, momentum=config.momentum,
                         min_changes=config.min_changes, min_factor=config.min_factor, history=config.history,
-                        fits=fits)
+                        fits=fits, hide=config.hide)
 
     pairs = draw() if not config.init else []
     if config.init:  # go on training: the model's own tokenizer and window
@@ -208,7 +209,7 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
                 make_diff: Callable[[str, str, str], str], samples: int, temperature: float = 0.7,
                 seed: int = 0, skip: tuple[str, ...] = (), metric: str = "val_bpb",
                 tries: tuple[int, ...] = (0,), wander: int = 0, reply: str = "diff", momentum: float = 0.0,
-                history: int = MAX_HISTORY, reply_tokens: int = 0) -> dict:
+                history: int = MAX_HISTORY, reply_tokens: int = 0, hide: float = 0.0) -> dict:
     """Sample replies to compact prompts of `files` (made-up histories, after a number of
     failed tries drawn from `tries`: (0,) is a first try; with `wander`, the files first
     moved by up to that many random steps, as the loop's keeps move best) and count those
@@ -222,7 +223,8 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
     teacher repeats the kept newest steps, `repeated` the replies that do, `named_kept` those
     that move at least one constant the kept steps moved (in any step or by any factor). With
     `reply_tokens`, prompts of up to `history` past experiments give way as the loop's do
-    (loop_fit) and replies run to that many tokens at most."""
+    (loop_fit) and replies run to that many tokens at most; a share `hide` of the views leave
+    out constants the history may name."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from ..proposal import InvalidProposal
@@ -238,7 +240,8 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
         if drawn >= 20 * samples:
             raise ValueError(f"{len(cases)} of {drawn} imitation prompts fit the model's window of {window} positions")
         batch = examples(files, rng, make_diff, samples - len(cases), skip, metric=metric, wander=wander, tries=tries,
-                         reply=reply, momentum=momentum, history=history, fits=fits)
+                         reply=reply, momentum=momentum, history=history, fits=fits,
+                         hide=hide)
         drawn += len(batch)
         cases += [({**files, e.path: e.before}, e.messages, e.repeats, e.kept) for e in batch if encode(tokenizer, e, window)]
     torch.manual_seed(seed)
@@ -324,7 +327,8 @@ def check_repo(store, config, model_dir: Path, settings: PretrainConfig = Pretra
 
     common = (model_dir, files, apply, store.make_diff, settings.eval_samples, settings.temperature,
               settings.seed, config.policy.skip_constants, config.metric.name)
-    form = {"reply": settings.reply, "history": settings.history, "reply_tokens": settings.reply_tokens}
+    form = {"reply": settings.reply, "history": settings.history, "reply_tokens": settings.reply_tokens,
+            "hide": settings.hide}
     return {"sampled": valid_share(*common, **form),
             # the prompt of a retry: the loop's 2nd and 3rd tries show the failed ones with their errors
             "sampled_after_failure": valid_share(*common, tries=(1, 2), **form),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Collection
 
 from ..resources import resource
 from ..workers import visible_gpus
@@ -157,12 +157,13 @@ def build_prompt(state: State, count_tokens: Callable[[str], int], context_token
     return Prompt(messages, used, shown, len(entries) - shown)
 
 
-def compact_view(source: str, sites: list[Site], context: int = CONTEXT_LINES) -> str:
+def compact_view(source: str, sites: list[Site], context: int = CONTEXT_LINES, hidden: Collection[int] = ()) -> str:
     """The file's lines within `context` of a live constant, in runs headed by their line
-    numbers ("# lines 12-30"); the lines between runs are left out."""
+    numbers ("# lines 12-30"); the lines between runs are left out, and so are the `hidden`
+    ones (1-based: the lines of constants the policy may not move, hidden_lines)."""
     lines = source.splitlines()
     keep = sorted({i for s in sites for i in range(s.line - 1 - context, s.line + context)
-                   if 0 <= i < len(lines)})
+                   if 0 <= i < len(lines) and i + 1 not in hidden})
     runs: list[list[int]] = []
     for i in keep:
         if runs and i == runs[-1][-1] + 1:
@@ -181,10 +182,12 @@ def history_line(number, status: str, value, delta, description: str, steps: str
 
 
 def compact_prompt(files: dict[str, str], sites: dict[str, list[Site]], history: list[str] = (),
-                   metric: str = "val_bpb", reply: str = "diff") -> str:
+                   metric: str = "val_bpb", reply: str = "diff", hidden: dict[str, set[int]] | None = None) -> str:
     """The user message of the compact prompt: each editable file's constants with their
-    context, the given history lines (newest first), then the task."""
-    views = [f"## {path}\n{fence(compact_view(source, sites[path]), 'python')}"
+    context (less the `hidden` lines: path -> line numbers), the given history lines (newest
+    first), then the task."""
+    hidden = hidden or {}
+    views = [f"## {path}\n{fence(compact_view(source, sites[path], hidden=hidden.get(path, ())), 'python')}"
              for path, source in sorted(files.items()) if sites.get(path)]
     past = "\n".join(history) or "(none yet)"
     return ("# The current best: its constants\n" + "\n\n".join(views)
@@ -199,16 +202,30 @@ def compact_retry(reply: str, error: str, form: str = "diff") -> list[dict]:
             {"role": "user", "content": f"Rejected: {error[:600]}\n{RETRY_ASK[form]}"}]
 
 
+def hidden_lines(all_sites: list[Site], shown: list[Site]) -> set[int]:
+    """The lines (1-based) of constants left out of `shown` with no shown constant on them: the
+    compact view leaves them out, so that a constant the policy may not move is not on view
+    beside those it may (a small LM named them, to be told they are not shown: docs/gym.md)."""
+    return {s.line for s in all_sites} - {s.line for s in shown}
+
+
 def shown_sites(state: State) -> dict[str, list[Site]]:
     """path -> the live constants the compact prompt shows (and a Moves line may name): those
     of this machine's runs (CUDA or not), less the skipped ones and those to blame for repeated
     crashes."""
+    return _sites(state)[0]
+
+
+def _sites(state: State) -> tuple[dict[str, list[Site]], dict[str, set[int]]]:
+    """shown_sites, and path -> the lines of the constants to blame for repeated crashes that
+    the view leaves out (hidden_lines)."""
     config = state.config
     cuda = bool(visible_gpus())  # the runner gives each run a GPU when this machine has one
     avoided = set(state.diagnostics.get("crashed_constants") or {})  # crashed repeatedly: not offered
-    return {path: [s for s in find_sites(source, config.policy.skip_constants, cuda=cuda, metric=config.metric.name)
-                   if s.name.split("[")[0] not in avoided]
-            for path, source in state.files.items()}
+    found = {path: find_sites(source, config.policy.skip_constants, cuda=cuda, metric=config.metric.name)
+             for path, source in state.files.items()}
+    shown = {path: [s for s in sites if s.name.split("[")[0] not in avoided] for path, sites in found.items()}
+    return shown, {path: hidden_lines(found[path], shown[path]) for path in found}
 
 
 def read_reply(text: str, state: State, make_diff: Callable[..., str]) -> tuple[str, str]:
@@ -224,21 +241,21 @@ def build_compact_prompt(state: State, count_tokens: Callable[[str], int], conte
     """The compact prompt for `state`, within context_tokens - reply_tokens: history lines
     are dropped oldest first; the constants' view is never cut."""
     config, form = state.config, state.config.llm.reply
-    sites = shown_sites(state)
+    sites, hidden = _sites(state)
     lines = [history_line(e.experiment, e.status, e.val_bpb, e.delta, e.description,
                           steps_of(e.description, sites) if form == "moves" else None) for e in state.history]
     retries = [m for attempt in state.attempts[-2:]
                for m in compact_retry(attempt.reply or attempt.diff, attempt.error, form)]
     retry_costs = [count_tokens(m["content"]) for m in retries]
     shown = len(lines)
-    user = compact_prompt(state.files, sites, lines, config.metric.name, form)
+    user = compact_prompt(state.files, sites, lines, config.metric.name, form, hidden)
     # history goes first, oldest first; then the fed-back tries, oldest first (a small model's
     # window may not hold one: the loop asks again without it rather than stop); the
     # constants' view never
     while (needed := count_tokens(user)) > (budget := context_tokens - reply_tokens - 16 - sum(retry_costs)):
         if shown > 0:
             shown = max(0, shown - max(1, shown // 4))
-            user = compact_prompt(state.files, sites, lines[:shown], config.metric.name, form)
+            user = compact_prompt(state.files, sites, lines[:shown], config.metric.name, form, hidden)
         elif retries:
             retries, retry_costs = retries[2:], retry_costs[2:]
         else:
