@@ -217,13 +217,13 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
         sites = named = {path: live(current[path]) for path in paths}
         hidden = {}
         if hide and rng.random() < hide:  # as crash blame does: the view leaves out constants
-            path = rng.choice(paths)  # (by name, as ADAM_BETAS) that the history may name
+            where = rng.choice(paths)  # (by name, as ADAM_BETAS) that the history may name
             base = lambda site: site.name.split("[")[0]  # noqa: E731
-            names = sorted({base(site) for site in sites[path]})
+            names = sorted({base(site) for site in sites[where]})
             free = sorted(set(names) - {base(site) for site, _ in kept or ()})
             gone = set(rng.sample(free, min(rng.randint(1, 2), len(names) - 1, len(free))))
-            sites = {**sites, path: [site for site in sites[path] if base(site) not in gone]}
-            hidden = {path: hidden_lines(named[path], sites[path])}
+            sites = {**sites, where: [site for site in sites[where] if base(site) not in gone]}
+            hidden = {where: hidden_lines(named[where], sites[where])}
 
         def told(changes) -> tuple[str, str | None]:  # a past experiment's description and steps
             description = described(changes)
