@@ -57,7 +57,7 @@ from ..proposal import ALREADY_TRIED
 from .constants import Site, described, find_sites, relations, rewrite
 from . import InvalidReply
 from .moves import AGAIN, MOVES_PREFIX, find_moves, moved, step_for, steps_of
-from .prompt import compact_prompt, compact_retry, fence, hidden_lines, history_line
+from .prompt import compact_prompt, compact_retry, fence, give_way, hidden_lines, history_line
 from .random_search import FACTOR_RANGE, mutate_site, random_changes
 from .reply import parse_reply
 
@@ -179,7 +179,7 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
     the keep it repeats) moves a constant by is at least that far from 1 (random_search.draw_factor).
     Each prompt draws up to `history` made-up past experiments; with `fits` (the messages ->
     whether they leave the loop's reply budget) the prompt gives way as the loop's compact prompt
-    does (prompt.build_compact_prompt): oldest history lines first, then the fed-back tries; an
+    does (prompt.give_way): oldest history lines first, then the fed-back tries; an
     example whose repeated keep would be cut is drawn again. In a share `hide` of the examples
     the view leaves out one or two constants (never the repeated keep's), as the loop's crash
     blame does, while the made-up history may still name them: the reply never does."""
@@ -280,16 +280,14 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
         if after == current[path]:
             continue
         retries = [m for _ in range(rng.choice(tries)) for m in compact_retry(*failed(rng.choice(FAILURES)), reply)]
-        prompt = compact_prompt(current, sites, past, metric, reply, hidden)
-        while fits and not fits([{"role": "user", "content": prompt}, *retries]):
-            if past:  # as the loop: a quarter of the shown lines at a time, oldest first
-                past = past[:len(past) - max(1, len(past) // 4)]
-                prompt = compact_prompt(current, sites, past, metric, reply, hidden)
-            elif retries:
-                retries = retries[2:]
-            else:  # as the loop, which stops: the constants' view is never cut
+        if fits:  # the prompt gives way as the loop's does
+            fitted = give_way(past, retries, lambda shown, tries: fits(
+                [{"role": "user", "content": compact_prompt(current, sites, shown, metric, reply, hidden)}, *tries]))
+            if fitted is None:  # as the loop, which stops: the constants' view is never cut
                 raise ValueError("the compact prompt's view of the constants alone overflows the reply budget")
-        if fits and repeat and not past:
-            continue  # the keep the reply repeats is no longer shown
-        out.append(Example(prompt, text, path, current[path], after, tuple(retries), repeats, kept_steps))
+            past, retries = fitted
+            if repeat and not past:
+                continue  # the keep the reply repeats is no longer shown
+        out.append(Example(compact_prompt(current, sites, past, metric, reply, hidden), text, path, current[path],
+                           after, tuple(retries), repeats, kept_steps))
     return out

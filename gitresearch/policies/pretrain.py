@@ -27,6 +27,7 @@ from .constants import find_sites, log_moves, move_summary
 from .imitation import MAX_HISTORY, WANDER_STEPS, Example, examples
 from .moves import find_moves, step_names, with_again
 from .ppo import render_chat
+from .prompt import MARGIN
 from .reply import parse_reply
 from . import InvalidReply
 
@@ -104,7 +105,7 @@ def loop_fit(tokenizer, window: int, reply_tokens: int) -> Callable[[list[dict]]
     if not 0 < reply_tokens < window:
         raise ValueError(f"reply_tokens {reply_tokens} must be below the model's window of {window} positions")
     count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
-    return lambda messages: sum(count(m["content"]) for m in messages) <= window - reply_tokens - 16
+    return lambda messages: sum(count(m["content"]) for m in messages) <= window - reply_tokens - MARGIN
 
 
 def encode(tokenizer, example: Example, positions: int,
@@ -153,7 +154,7 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
                         min_changes=config.min_changes, min_factor=config.min_factor, history=config.history,
                         fits=fits, hide=config.hide)
 
-    pairs = draw() if not config.init else []
+    pairs = None if config.init else draw()  # a new tokenizer is trained on them
     if config.init:  # go on training: the model's own tokenizer and window
         tokenizer = AutoTokenizer.from_pretrained(config.init)
         model = AutoModelForCausalLM.from_pretrained(config.init)
@@ -168,7 +169,7 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
             # long on this CPU), and a model this small fits few epochs of its data
             n_head=config.heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.eos_token_id))
-    if config.reply_tokens or not pairs:  # prompts cut as the loop cuts them: the tokenizer counts
+    if pairs is None or config.reply_tokens:  # prompts cut as the loop cuts them: the tokenizer counts
         pairs = draw(loop_fit(tokenizer, positions, config.reply_tokens))
     data = [seq for e in pairs if (seq := encode(tokenizer, e, positions, config.copy_weight))]
     if not data:

@@ -157,6 +157,9 @@ def build_prompt(state: State, count_tokens: Callable[[str], int], context_token
     return Prompt(messages, used, shown, len(entries) - shown)
 
 
+MARGIN = 16  # tokens a prompt leaves free beside the reply budget (the chat template's headers)
+
+
 def compact_view(source: str, sites: list[Site], context: int = CONTEXT_LINES, hidden: Collection[int] = ()) -> str:
     """The file's lines within `context` of a live constant, in runs headed by their line
     numbers ("# lines 12-30"); the lines between runs are left out, and so are the `hidden`
@@ -236,33 +239,43 @@ def read_reply(text: str, state: State, make_diff: Callable[..., str]) -> tuple[
     return parse_reply(text, state.files, make_diff, sites, best_steps(state.best_chain, sites))
 
 
+def give_way(history: list[str], retries: list[dict],
+             fits: Callable[[list[str], list[dict]], bool]) -> tuple[list[str], list[dict]] | None:
+    """The newest history lines and the fed-back tries that fit: the history goes first, oldest
+    first, a quarter of the lines shown at a time; then the tries, oldest first (a small
+    model's window may not hold one: the loop asks again without it rather than stop); None
+    where the constants' view alone does not fit (it is never cut)."""
+    shown = len(history)
+    while not fits(history[:shown], retries):
+        if shown > 0:
+            shown = max(0, shown - max(1, shown // 4))
+        elif retries:
+            retries = retries[2:]
+        else:
+            return None
+    return history[:shown], retries
+
+
 def build_compact_prompt(state: State, count_tokens: Callable[[str], int], context_tokens: int,
                          reply_tokens: int) -> Prompt:
     """The compact prompt for `state`, within context_tokens - reply_tokens: history lines
-    are dropped oldest first; the constants' view is never cut."""
+    are dropped oldest first, then the fed-back tries (give_way); the constants' view is never cut."""
     config, form = state.config, state.config.llm.reply
     sites, hidden = _sites(state)
     lines = [history_line(e.experiment, e.status, e.val_bpb, e.delta, e.description,
                           steps_of(e.description, sites) if form == "moves" else None) for e in state.history]
     retries = [m for attempt in state.attempts[-2:]
                for m in compact_retry(attempt.reply or attempt.diff, attempt.error, form)]
-    retry_costs = [count_tokens(m["content"]) for m in retries]
-    shown = len(lines)
-    user = compact_prompt(state.files, sites, lines, config.metric.name, form, hidden)
-    # history goes first, oldest first; then the fed-back tries, oldest first (a small model's
-    # window may not hold one: the loop asks again without it rather than stop); the
-    # constants' view never
-    while (needed := count_tokens(user)) > (budget := context_tokens - reply_tokens - 16 - sum(retry_costs)):
-        if shown > 0:
-            shown = max(0, shown - max(1, shown // 4))
-            user = compact_prompt(state.files, sites, lines[:shown], config.metric.name, form, hidden)
-        elif retries:
-            retries, retry_costs = retries[2:], retry_costs[2:]
-        else:
-            raise PolicyError(f"the compact prompt needs {needed} tokens, over the {budget} "
-                              f"the context leaves ([llm] context_tokens {context_tokens} - max_tokens {reply_tokens})")
+    user_of = lambda shown: compact_prompt(state.files, sites, shown, config.metric.name, form, hidden)  # noqa: E731
+    budget = lambda tries: context_tokens - reply_tokens - MARGIN - sum(count_tokens(m["content"]) for m in tries)  # noqa: E731
+    fitted = give_way(lines, retries, lambda shown, tries: count_tokens(user_of(shown)) <= budget(tries))
+    if fitted is None:
+        raise PolicyError(f"the compact prompt needs {count_tokens(user_of([]))} tokens, over the {budget([])} "
+                          f"the context leaves ([llm] context_tokens {context_tokens} - max_tokens {reply_tokens})")
+    shown, retries = fitted
+    user = user_of(shown)
     messages = [{"role": "user", "content": user}] + retries
-    return Prompt(messages, needed, shown, len(lines) - shown)
+    return Prompt(messages, count_tokens(user), len(shown), len(lines) - len(shown))
 
 
 def prompt_for(state: State, count_tokens: Callable[[str], int], context_tokens: int,
