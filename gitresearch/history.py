@@ -102,22 +102,26 @@ def diagnostics(experiments: list[Experiment], baseline: dict | None = None,
 
 CHANGED_CONSTANT = re.compile(r"^[-+]\s*([A-Z][A-Z0-9_]*)\s*(?::[^=]*)?=(?!=)")
 CRASHES_TO_AVOID = 2  # a constant to blame for this many crashes since it last ran is left alone
+BLAME_MEMORY = 50  # experiments: an older crash no longer counts, so a blamed constant is offered again
 MEASURED = ("keep", "discard", "early_stop")  # statuses of a run that trained and was measured
 
 
 def crashed_constants(store: Store, experiments: list[Experiment]) -> dict[str, list[int]]:
     """Module constants (UPPER_CASE assignments a diff changes) to blame for CRASHES_TO_AVOID
-    crashes or timeouts since a run that changed them was last measured: name -> those
-    experiments, oldest first. Read from the diffs, so it holds for any policy's edits.
+    crashes or timeouts since a run that changed them was last measured, among the last
+    BLAME_MEMORY experiments: name -> those experiments, oldest first. Read from the diffs, so it
+    holds for any policy's edits.
 
     A crash blames each of the k constants its diff changed 1/k: a policy that changes three
     constants at a time and crashes twice has not shown that any one of them crashes. Blaming
     all of them in full, over the whole history, left random search 0 to 3 of the gym's 14
     constants after an rl loop's crashes, and the compact prompt showed the LM 0 to 5 of 14 by
     its 300th experiment (docs/gym.md, "Crash blame"). A measured run that changed a constant
-    clears its blame: its crashes came from the values tried then, not from touching it."""
-    blame: dict[str, float] = collections.defaultdict(float)
-    crashes: dict[str, list[int]] = collections.defaultdict(list)
+    clears its blame: its crashes came from the values tried then, not from touching it.
+    Blame fades: no policy changes a constant it is told to leave alone, so no measured run
+    would ever clear it, and one early pair of bad values (WIDTH = 200 beside HEAD_DIM = 64)
+    took WIDTH away for the rest of the loop (docs/gym.md, "Blame that fades")."""
+    shares: dict[str, list[tuple[int, float]]] = collections.defaultdict(list)  # name -> (crash, share)
     for exp in reversed(experiments):  # oldest first
         status = (exp.record or {}).get("status")
         if status not in ("crash", "timeout") + MEASURED:
@@ -126,13 +130,15 @@ def crashed_constants(store: Store, experiments: list[Experiment]) -> dict[str, 
                  if not line.startswith(("---", "+++")) and (m := CHANGED_CONSTANT.match(line))}
         for name in names:
             if status in MEASURED:
-                blame.pop(name, None)
-                crashes.pop(name, None)
+                shares.pop(name, None)
             else:
-                blame[name] += 1 / len(names)
-                crashes[name].append(exp.number)
+                shares[name].append((exp.number, 1 / len(names)))
+    latest = max((exp.number for exp in experiments), default=0)
+    recent = {name: [(n, share) for n, share in crashes if n > latest - BLAME_MEMORY]
+              for name, crashes in sorted(shares.items())}
     # a float sum of k shares of 1/k can fall short of 1 by an ulp
-    return {name: crashes[name] for name in sorted(blame) if blame[name] >= CRASHES_TO_AVOID - 1e-9}
+    return {name: [n for n, _ in crashes] for name, crashes in recent.items()
+            if sum(share for _, share in crashes) >= CRASHES_TO_AVOID - 1e-9}
 
 
 def current_floor(store: Store, config: Config, records: list[dict]) -> Floor:
