@@ -276,6 +276,32 @@ def test_a_measured_run_that_changed_a_constant_clears_its_crashes(tmp_path):
     assert crash_blame_repo(tmp_path / "y", after) == {"HEAD_DIM": [4, 5]}
 
 
+def test_blame_fades_after_blame_memory_experiments_and_random_search_moves_the_constant_again(tmp_path):
+    from gitresearch.config import load as load_config
+    from gitresearch.history import BLAME_MEMORY, build_state
+    from gitresearch.policies.random_search import RandomSearch
+
+    crashes = [("crash", {"HEAD_DIM = 32": "HEAD_DIM = 30"}), ("crash", {"HEAD_DIM = 32": "HEAD_DIM = 6"})]
+    others = [("discard", {"MATRIX_LR = 0.04": f"MATRIX_LR = 0.{i % 9 + 1}"}) for i in range(BLAME_MEMORY - 1)]
+    repo, store = repo_with_history(tmp_path, crashes + others)  # the newest is experiment BLAME_MEMORY + 1
+    config = load_config(repo)
+
+    def state_after(newest: int):
+        return build_state(store, config, [e for e in store.experiments() if 0 < e.number <= newest])[0]
+
+    # while both crashes are among the last BLAME_MEMORY experiments, HEAD_DIM is left alone
+    assert state_after(BLAME_MEMORY).diagnostics["crashed_constants"] == {"HEAD_DIM": [1, 2]}
+    # one experiment later the first crash is older: one crash's blame is left, and it is offered again
+    state = state_after(BLAME_MEMORY + 1)
+    assert state.diagnostics["crashed_constants"] == {}
+    policy = RandomSearch(config, store, seed=0, cuda=False)
+    moved = [c["name"] for _ in range(60) for c in policy.propose(state).data["changes"]]
+    assert "HEAD_DIM" in moved
+    # two fresh crashes blame it again, with only those crashes named
+    again = crashes + others + crashes
+    assert crash_blame_repo(tmp_path / "again", again) == {"HEAD_DIM": [BLAME_MEMORY + 2, BLAME_MEMORY + 3]}
+
+
 def test_a_timeout_keeps_the_steps_its_progress_lines_showed(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
