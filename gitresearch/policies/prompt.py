@@ -34,6 +34,8 @@ RETRY_ASK = {"diff": "Reply again: Description line, then one ```diff block.",
              "moves": "Reply again: one Moves line."}
 
 
+MARGIN = 16  # tokens a prompt leaves free beside the reply budget (the chat template's headers)
+
 def fence(text: str, lang: str = "") -> str:
     """A fenced block whose fence is longer than any backtick run inside (CommonMark)."""
     longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=0)
@@ -130,10 +132,10 @@ def build_prompt(state: State, count_tokens: Callable[[str], int], context_token
                      "```diff block against the current best shown above)."}]
     entries = [render_entry(e) for e in state.history]
     fixed = count_tokens(system) + count_tokens("\n\n".join(head + tail)) + \
-        sum(count_tokens(m["content"]) for m in retries) + 16
+        sum(count_tokens(m["content"]) for m in retries) + MARGIN
     if fixed > budget:  # the agenda gives way before the code; the code never does
         without_agenda = fixed - count_tokens(head[0])
-        room = budget - without_agenda - count_tokens(AGENDA_TRUNCATED) - 16
+        room = budget - without_agenda - count_tokens(AGENDA_TRUNCATED) - MARGIN
         if room <= 0:
             raise PolicyError(f"the prompt without history needs {fixed} tokens (code: "
                               f"{count_tokens(head[1])}), over the {budget} the context leaves "
@@ -157,7 +159,6 @@ def build_prompt(state: State, count_tokens: Callable[[str], int], context_token
     return Prompt(messages, used, shown, len(entries) - shown)
 
 
-MARGIN = 16  # tokens a prompt leaves free beside the reply budget (the chat template's headers)
 
 
 def compact_view(source: str, sites: list[Site], context: int = CONTEXT_LINES, hidden: Collection[int] = ()) -> str:
