@@ -145,9 +145,11 @@ def loop(policy, backend, model, base_url, prompt, budget, max_experiments, max_
 @click.option("--history", type=click.IntRange(0), help="most made-up past experiments a prompt shows [12]")
 @click.option("--reply-tokens", type=click.IntRange(0), help="the loop's reply budget: prompts cut to fit beside it as the loop's are (0: whole) [0]")
 @click.option("--hide", type=click.FloatRange(0, 1), help="share of views leaving out constants the history names, as crash blame does [0]")
+@click.option("--max-move-factor", "max_factor", type=click.FloatRange(1, min_open=True),
+              help="the loop's [policy] max_move_factor: failed tries then include steps past it; replies past it count invalid [off]")
 @click.option("--seed", type=int, default=0, show_default=True)
 def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, min_changes, digits, reply, momentum,
-                    min_factor, history, reply_tokens, hide, seed):
+                    min_factor, history, reply_tokens, hide, max_factor, seed):
     """Train a small policy LM by imitation of this repo's constant edits (CPU, no download)."""
     from dataclasses import replace
 
@@ -158,7 +160,7 @@ def pretrain_policy(out, examples, steps, lr, copy_weight, init, max_changes, mi
     given = {"examples": examples, "steps": steps, "lr": lr, "copy_weight": copy_weight, "init": init,
              "max_changes": max_changes, "min_changes": min_changes, "digits": digits, "reply": reply, "momentum": momentum,
              "min_factor": min_factor, "history": history, "reply_tokens": reply_tokens,
-             "hide": hide}
+             "hide": hide, "max_factor": max_factor}
     settings = replace(PretrainConfig(), seed=seed, **{k: v for k, v in given.items() if v is not None})
     out = out or store.state_dir / "policy-lm"
     stats = pretrain_repo(store, _load(root), out, settings, log=click.echo)

@@ -177,6 +177,60 @@ def test_failed_tries_before_a_reply_are_fed_back_as_the_loop_feeds_back_its_own
     assert kinds == {"empty", "no_diff", "stale", "already_tried"}
 
 
+def test_with_the_loops_max_move_factor_failed_tries_include_its_commonest_failures(tmp_path):
+    """In the moves form with max_factor, the made-up failed tries include a step past the
+    factor, rejected with the loop's own validation error (proposal.validate), and a constant
+    moved twice; the messages are those build_compact_prompt makes for a state holding them.
+    (lmK answered such an error with an empty reply 29 times in 30: docs/gym.md.)"""
+    from dataclasses import replace
+
+    from gitresearch.policies import InvalidReply, State
+    from gitresearch.policies.base import Attempt
+    from gitresearch.policies.prompt import build_compact_prompt
+    from gitresearch.proposal import InvalidProposal, validate
+
+    config, source = load(TARGET), (TARGET / "train.py").read_text()
+    config = replace(config, policy=replace(config.policy, max_move_factor=3.0),
+                     llm=replace(config.llm, reply="moves", prompt="compact"))
+    skip = config.policy.skip_constants
+    repo, store = empty_repo(tmp_path)
+    pairs = examples({"train.py": source}, random.Random(2), store.make_diff, n=30, skip=skip, tries=(2,),
+                     reply="moves", max_factor=3.0)
+    kinds = []
+    for ex in pairs:
+        commit_start(repo, ex.before)
+        head = store.resolve("HEAD")
+        sites = {"train.py": find_sites(ex.before, skip)}
+        attempts = []
+        for said, told in zip(ex.retries[::2], ex.retries[1::2]):
+            reply = "" if said["content"] == "(empty reply)" else said["content"]
+            error = told["content"].removeprefix("Rejected: ").split("\nReply again:")[0]
+            try:
+                _, diff = parse_reply(reply, {"train.py": ex.before}, store.make_diff, sites)
+            except InvalidReply as err:
+                assert str(err) == error
+                kinds.append("twice" if "moved twice" in error else "other")
+                attempts.append(Attempt(reply, "", error))
+                continue
+            try:
+                validate(store, config, head, diff)
+            except InvalidProposal as err:
+                assert str(err) == error
+                kinds.append("too_far" if "max_move_factor" in error else "other")
+            else:  # the one failure that passes validation: a change already tried
+                assert error.startswith("this exact change was already tried"), error
+            attempts.append(Attempt(reply, diff, error))
+        state = State(head, {"train.py": ex.before}, [], [], config, attempts=tuple(attempts))
+        fed_back = build_compact_prompt(state, lambda text: len(text.split()), 100_000, 100).messages[1:]
+        assert fed_back == list(ex.retries)
+    assert kinds.count("too_far") >= 5 and kinds.count("twice") >= 5, kinds
+    # without the factor, the failed tries are the four made-up kinds as before
+    plain = examples({"train.py": source}, random.Random(2), store.make_diff, n=30, skip=skip, tries=(2,),
+                     reply="moves")
+    shown = "".join(m["content"] for ex in plain for m in ex.retries)
+    assert "max_move_factor" not in shown and "moved twice" not in shown
+
+
 def test_a_pretrained_policy_lm_learns_the_reply_format_and_is_judged_on_real_applies(tmp_path):
     from gitresearch.init import init_repo
     from gitresearch.policies.ppo import PPOLearner
@@ -196,7 +250,7 @@ def test_a_pretrained_policy_lm_learns_the_reply_format_and_is_judged_on_real_ap
     for check in ("sampled", "sampled_after_failure", "sampled_moved"):
         sampled = stats[check]
         assert sampled["samples"] == 4 and sum(sampled[k] for k in (
-            "valid", "no_diff", "does_not_apply", "does_not_parse", "no_constant_changed")) == 4
+            "valid", "no_diff", "does_not_apply", "does_not_parse", "no_constant_changed", "too_far")) == 4
         assert 0 <= sampled["repaired"] <= sampled["valid"]
     # --init goes on training it: its own tokenizer, starting where it stopped
     from dataclasses import replace

@@ -53,7 +53,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from ..proposal import ALREADY_TRIED
+from ..config import Config, MetricConfig, PolicyConfig
+from ..proposal import ALREADY_TRIED, InvalidProposal, check_moves
 from .constants import Site, described, find_sites, relations, rewrite
 from . import InvalidReply
 from .moves import AGAIN, MOVES_PREFIX, find_moves, moved, step_for, steps_of
@@ -73,6 +74,9 @@ STATUSES = ("keep", "discard", "discard", "early_stop", "early_stop", "crash", "
 UNMEASURED = ("crash", "timeout", "invalid")
 FAILED_TRIES = (0, 0, 0, 0, 0, 0, 1, 1, 1, 2)  # failed tries fed back before an example's reply
 FAILURES = ("empty", "no_diff", "stale", "already_tried")  # what a made-up failed try got wrong
+# and, in the moves form, the loop's own commonest failures: a step past [policy] max_move_factor
+# (given one), a constant moved twice
+MOVES_FAILURES = FAILURES + ("too_far", "twice")
 
 
 @dataclass(frozen=True)
@@ -113,13 +117,50 @@ def moves_text(changes) -> str:
     return f"{MOVES_PREFIX} {'; '.join(step_for(site, new) for site, new in changes)}\n"
 
 
+def move_limits(max_factor: float, skip: tuple[str, ...] = (), metric: str = "val_bpb") -> Config | None:
+    """The config proposal.check_moves judges a step by, for the loop's [policy]
+    max_move_factor (None where 0: off)."""
+    if not max_factor:
+        return None
+    return Config(policy=PolicyConfig(max_move_factor=max_factor, skip_constants=tuple(skip)),
+                  metric=MetricConfig(name=metric))
+
+
 def failed_moves(kind: str, path: str, source: str, change, sites: list[Site],
-                 rng: random.Random) -> tuple[str, str]:
+                 rng: random.Random, too_far: Config | None = None) -> tuple[str, str]:
     """(reply, error) of a made-up failed try of the moves form, with parse_reply's error:
     a step naming a constant the prompt does not show (a misspelt or lower-case name), an
-    empty reply, a reply with no Moves line, a change already tried."""
+    empty reply, a reply with no Moves line, a change already tried, a constant moved twice;
+    or, with `too_far` (a config with [policy] max_move_factor), a step past that factor with
+    proposal.check_moves' error, as the loop rejects it."""
     site, new = change
     names = {s.name for s in sites}
+    if kind == "too_far" and too_far is not None:
+        for _ in range(8):  # a float in (0, 1) moves in odds: its value may stay within the factor
+            other = rng.choice(sites)
+            if isinstance(other.value, bool) or not isinstance(other.value, (int, float)) or other.value <= 0:
+                continue
+            factor = too_far.policy.max_move_factor * rng.uniform(1.2, 6.0)
+            far = other.value * factor if rng.random() < 0.5 else other.value / factor
+            far = max(1, round(far)) if isinstance(other.value, int) else float(f"{far:.3g}")
+            reply = moves_text([(other, far)])
+            try:
+                after = rewrite(source, moved(find_moves(reply), {path: source}, {path: sites})[1])
+                check_moves(too_far, path, source, after)
+            except (InvalidReply, InvalidProposal) as err:
+                if isinstance(err, InvalidProposal):
+                    return reply, str(err)
+        kind = "empty"
+    if kind == "twice":
+        other = rng.choice(sites)
+        steps = [value for value in (mutate_site(other, rng), mutate_site(other, rng)) if value is not None]
+        if len(steps) == 2:
+            reply = f"{MOVES_PREFIX} {step_for(other, steps[0])}; {step_for(other, steps[1])}\n"
+            try:
+                parse_reply(reply, {path: source}, lambda *a: "", {path: sites})
+            except InvalidReply as err:
+                return reply, str(err)
+        kind = "empty"
     wrong = [n for n in (site.name.lower(), site.name.split("[")[0] + "S", site.name.split("_")[-1]) if n not in names]
     if kind == "stale" and wrong:
         reply = moves_text([(Site(rng.choice(wrong), site.line, site.col, site.end_col, site.value, site.kind), new)])
@@ -170,7 +211,8 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
              wander: int = WANDER_STEPS, tries: tuple[int, ...] = FAILED_TRIES,
              max_changes: int = 1, reply: str = "diff", momentum: float = 0.0,
              min_changes: int = 1, min_factor: float = 1.0, history: int = MAX_HISTORY,
-             fits: Callable[[list[dict]], bool] | None = None, hide: float = 0.0) -> list[Example]:
+             fits: Callable[[list[dict]], bool] | None = None, hide: float = 0.0,
+             max_factor: float = 0.0) -> list[Example]:
     """n imitation examples over `files` (path -> source of the baseline), each after a number
     of failed tries drawn from `tries`, each reply changing `min_changes` to `max_changes`
     constants (fewer only where a mutation rounds back to its value), in
@@ -182,7 +224,12 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
     does (prompt.give_way): oldest history lines first, then the fed-back tries; an
     example whose repeated keep would be cut is drawn again. In a share `hide` of the examples
     the view leaves out one or two constants (never the repeated keep's), as the loop's crash
-    blame does, while the made-up history may still name them: the reply never does."""
+    blame does, while the made-up history may still name them: the reply never does. With
+    `max_factor` (the loop's [policy] max_move_factor) the moves form's failed tries include
+    the loop's commonest failures: a step past that factor, with the loop's error, and a
+    constant moved twice (without them a model answered such an error with an empty reply)."""
+    too_far = move_limits(max_factor, skip, metric)
+    kinds = MOVES_FAILURES if too_far and reply == "moves" else FAILURES
     if not 1 <= min_changes <= max_changes:
         raise ValueError(f"min_changes {min_changes} must be 1 to max_changes {max_changes}")
     if not 1 <= min_factor < FACTOR_RANGE[1]:
@@ -272,14 +319,14 @@ def examples(files: dict[str, str], rng: random.Random, make_diff: Callable[...,
                 after = rewrite(current[path], moved(find_moves(text), current, sites, kept_steps)[1])
             except InvalidReply:
                 continue
-            failed = lambda kind: failed_moves(kind, path, current[path], changes[0], sites[path], rng)  # noqa: E731
+            failed = lambda kind: failed_moves(kind, path, current[path], changes[0], sites[path], rng, too_far)  # noqa: E731
         else:
             after = rewrite(current[path], changes)
             text = reply_text(path, current[path], after, changes, make_diff)
             failed = lambda kind: failed_try(kind, path, current[path], changes[0], sites[path], rng, make_diff)  # noqa: E731
         if after == current[path]:
             continue
-        retries = [m for _ in range(rng.choice(tries)) for m in compact_retry(*failed(rng.choice(FAILURES)), reply)]
+        retries = [m for _ in range(rng.choice(tries)) for m in compact_retry(*failed(rng.choice(kinds)), reply)]
         if fits:  # the prompt gives way as the loop's does
             fitted = give_way(past, retries, lambda shown, tries: fits(
                 [{"role": "user", "content": compact_prompt(current, sites, shown, metric, reply, hidden)}, *tries]))

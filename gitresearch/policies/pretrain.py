@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 
 from .constants import find_sites, log_moves, move_summary
-from .imitation import MAX_HISTORY, WANDER_STEPS, Example, examples
+from .imitation import MAX_HISTORY, WANDER_STEPS, Example, examples, move_limits
 from .moves import find_moves, step_names, with_again
 from .ppo import render_chat
 from .prompt import MARGIN
@@ -62,6 +62,9 @@ class PretrainConfig:
     # example that does not fit the window is drawn again, its history whole
     reply_tokens: int = 0
     hide: float = 0.0  # share of examples whose view leaves out one or two constants the history names (crash blame)
+    # the loop's [policy] max_move_factor: made-up failed tries include a step past it (and a
+    # constant moved twice), and a sampled reply past it counts as invalid; 0: off
+    max_factor: float = 0.0
 
 
 # the reply's text copied from its prompt: the old values of the Description ("NAME OLD -> NEW")
@@ -152,7 +155,7 @@ def pretrain(files: dict[str, str], out: Path, make_diff: Callable[[str, str, st
         return examples(files, random.Random(config.seed), make_diff, config.examples, skip, metric=metric,
                         max_changes=config.max_changes, reply=config.reply, momentum=config.momentum,
                         min_changes=config.min_changes, min_factor=config.min_factor, history=config.history,
-                        fits=fits, hide=config.hide)
+                        fits=fits, hide=config.hide, max_factor=config.max_factor)
 
     pairs = None if config.init else draw()  # a new tokenizer is trained on them
     if config.init:  # go on training: the model's own tokenizer and window
@@ -210,7 +213,8 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
                 make_diff: Callable[[str, str, str], str], samples: int, temperature: float = 0.7,
                 seed: int = 0, skip: tuple[str, ...] = (), metric: str = "val_bpb",
                 tries: tuple[int, ...] = (0,), wander: int = 0, reply: str = "diff", momentum: float = 0.0,
-                history: int = MAX_HISTORY, reply_tokens: int = 0, hide: float = 0.0) -> dict:
+                history: int = MAX_HISTORY, reply_tokens: int = 0, hide: float = 0.0,
+                max_factor: float = 0.0) -> dict:
     """Sample replies to compact prompts of `files` (made-up histories, after a number of
     failed tries drawn from `tries`: (0,) is a first try; with `wander`, the files first
     moved by up to that many random steps, as the loop's keeps move best) and count those
@@ -225,10 +229,12 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
     that move at least one constant the kept steps moved (in any step or by any factor). With
     `reply_tokens`, prompts of up to `history` past experiments give way as the loop's do
     (loop_fit) and replies run to that many tokens at most; a share `hide` of the views leave
-    out constants the history may name."""
+    out constants the history may name. With `max_factor` the failed tries include the loop's
+    own (a step past it, a constant moved twice) and a reply moving a constant past it counts
+    as `too_far`, as the loop rejects it (proposal.check_moves)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    from ..proposal import InvalidProposal
+    from ..proposal import InvalidProposal, check_moves
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
@@ -242,13 +248,14 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
             raise ValueError(f"{len(cases)} of {drawn} imitation prompts fit the model's window of {window} positions")
         batch = examples(files, rng, make_diff, samples - len(cases), skip, metric=metric, wander=wander, tries=tries,
                          reply=reply, momentum=momentum, history=history, fits=fits,
-                         hide=hide)
+                         hide=hide, max_factor=max_factor)
         drawn += len(batch)
         cases += [({**files, e.path: e.before}, e.messages, e.repeats, e.kept) for e in batch if encode(tokenizer, e, window)]
     torch.manual_seed(seed)
     counts = {"valid": 0, "repaired": 0, "no_diff": 0, "does_not_apply": 0, "does_not_parse": 0,
               "no_constant_changed": 0, "repeat_asked": 0, "repeated": 0,
-              "named_kept": 0}
+              "named_kept": 0, "too_far": 0}
+    limits = move_limits(max_factor, skip, metric)
     diffs, changed, moves = set(), 0, []
     for shown, prompt, repeat, kept in cases:
         ids = tokenizer(render_chat(tokenizer, prompt), add_special_tokens=False, return_tensors="pt")["input_ids"]
@@ -274,6 +281,12 @@ def valid_share(model_dir: Path, files: dict[str, str], apply: Callable[[dict[st
             continue
         except InvalidProposal:
             counts["does_not_apply"] += 1
+            continue
+        try:
+            for path in new if limits else ():
+                check_moves(limits, path, shown[path], new[path])
+        except InvalidProposal:
+            counts["too_far"] += 1
             continue
         before = {(p, s.name): s.value for p, src in shown.items() for s in find_sites(src, skip, metric=metric)}
         try:
@@ -329,7 +342,7 @@ def check_repo(store, config, model_dir: Path, settings: PretrainConfig = Pretra
     common = (model_dir, files, apply, store.make_diff, settings.eval_samples, settings.temperature,
               settings.seed, config.policy.skip_constants, config.metric.name)
     form = {"reply": settings.reply, "history": settings.history, "reply_tokens": settings.reply_tokens,
-            "hide": settings.hide}
+            "hide": settings.hide, "max_factor": settings.max_factor}
     return {"sampled": valid_share(*common, **form),
             # the prompt of a retry: the loop's 2nd and 3rd tries show the failed ones with their errors
             "sampled_after_failure": valid_share(*common, tries=(1, 2), **form),
