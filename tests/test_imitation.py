@@ -181,7 +181,7 @@ def test_with_the_loops_max_move_factor_failed_tries_include_its_commonest_failu
     """In the moves form with max_factor, the made-up failed tries include a step past the
     factor, rejected with the loop's own validation error (proposal.validate), and a constant
     moved twice; the messages are those build_compact_prompt makes for a state holding them.
-    (lmK answered such an error with an empty reply 29 times in 30: docs/gym.md.)"""
+    (lmK answered such an error with an empty reply 30 times in 30: docs/gym.md.)"""
     from dataclasses import replace
 
     from gitresearch.policies import InvalidReply, State
