@@ -146,10 +146,12 @@ def failed_moves(kind: str, path: str, source: str, change, sites: list[Site],
             reply = moves_text([(other, far)])
             try:
                 after = rewrite(source, moved(find_moves(reply), {path: source}, {path: sites})[1])
+            except InvalidReply:  # a step the harness cannot write here (it rounds to no change)
+                continue
+            try:
                 check_moves(too_far, path, source, after)
-            except (InvalidReply, InvalidProposal) as err:
-                if isinstance(err, InvalidProposal):
-                    return reply, str(err)
+            except InvalidProposal as err:
+                return reply, str(err)
         kind = "empty"
     if kind == "twice":
         other = rng.choice(sites)
