@@ -35,15 +35,18 @@ CASES = {
 }
 
 
-def judge(text: str, state, store, config) -> str:
-    """'valid', else the loop's error for the reply `text` to the prompt of `state`."""
+def judge(text: str, state, store, config) -> tuple[str, str]:
+    """(outcome, the loop's error) of the reply `text` to the prompt of `state`: outcome is
+    empty, invalid_reply (read_reply), invalid_proposal (proposal.validate) or valid ("")."""
     if not text.strip():
-        return "the reply is empty"
+        return "empty", "the reply is empty"
     try:
         validate(store, config, state.best_commit, read_reply(text, state, store.make_diff)[1])
-    except (InvalidReply, InvalidProposal) as err:
-        return str(err)
-    return "valid"
+    except InvalidReply as err:
+        return "invalid_reply", str(err)
+    except InvalidProposal as err:
+        return "invalid_proposal", str(err)
+    return "valid", ""
 
 
 def main(repo: Path, model: str, n: int) -> dict:
@@ -59,24 +62,14 @@ def main(repo: Path, model: str, n: int) -> dict:
         asked = state
         for reply in replies:
             reply = reply.format(deep=3 * depth + 1)  # past x3 from any DEPTH
-            error = judge(reply, asked, store, config)
-            assert error != "valid", reply
+            outcome, error = judge(reply, asked, store, config)
+            assert outcome != "valid", reply
             asked = asked.retry(Attempt(reply, "", error))
         prompt = prompt_for(asked, learner.count_tokens, learner.context_tokens, learner.reply_tokens)
         counts = Counter(empty=0, invalid_reply=0, invalid_proposal=0, valid=0)
         for seed in range(n):
             text, episode = learner.generate(prompt.messages, seed=seed)
-            if not text.strip():
-                counts["empty"] += 1
-                continue
-            try:
-                validate(store, config, asked.best_commit, read_reply(text, asked, store.make_diff)[1])
-            except InvalidReply:
-                counts["invalid_reply"] += 1
-            except InvalidProposal:
-                counts["invalid_proposal"] += 1
-            else:
-                counts["valid"] += 1
+            counts[judge(text, asked, store, config)[0]] += 1
         out[case] = {"prompt_tokens": len(episode.prompt_ids), "history_shown": prompt.history_shown,
                      "fed_back": [m["content"].split("\n")[0] for m in prompt.messages[1:]], **counts}
     return out
