@@ -122,9 +122,11 @@ def crashed_constants(store: Store, experiments: list[Experiment]) -> dict[str, 
     would ever clear it, and one early pair of bad values (WIDTH = 200 beside HEAD_DIM = 64)
     took WIDTH away for the rest of the loop (docs/gym.md, "Blame that fades")."""
     shares: dict[str, list[tuple[int, float]]] = collections.defaultdict(list)  # name -> (crash, share)
+    # an experiment before the window can neither blame nor clear a crash inside it: its diff is not read
+    oldest = max((exp.number for exp in experiments), default=0) - BLAME_MEMORY
     for exp in reversed(experiments):  # oldest first
         status = (exp.record or {}).get("status")
-        if status not in ("crash", "timeout") + MEASURED:
+        if exp.number <= oldest or status not in ("crash", "timeout") + MEASURED:
             continue
         names = {m.group(1) for line in store.diff_of(exp.commit).splitlines()
                  if not line.startswith(("---", "+++")) and (m := CHANGED_CONSTANT.match(line))}
@@ -133,11 +135,8 @@ def crashed_constants(store: Store, experiments: list[Experiment]) -> dict[str, 
                 shares.pop(name, None)
             else:
                 shares[name].append((exp.number, 1 / len(names)))
-    latest = max((exp.number for exp in experiments), default=0)
-    recent = {name: [(n, share) for n, share in crashes if n > latest - BLAME_MEMORY]
-              for name, crashes in sorted(shares.items())}
     # a float sum of k shares of 1/k can fall short of 1 by an ulp
-    return {name: [n for n, _ in crashes] for name, crashes in recent.items()
+    return {name: [n for n, _ in crashes] for name, crashes in sorted(shares.items())
             if sum(share for _, share in crashes) >= CRASHES_TO_AVOID - 1e-9}
 
 
