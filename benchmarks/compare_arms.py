@@ -1,0 +1,117 @@
+#!/usr/bin/env python
+"""Two arms of `gitresearch bench research`, side by side: the figures the gym's claims rest on.
+
+An arm is one or more result files, each `FILE:POLICY` (a policy's runs in a --results file),
+pooled by seed (a seed run twice is an error). Printed, and written as JSON to --json:
+
+- per arm: the seeds, the best after the last experiment per seed, its median, mean and worst;
+- `best_p`: one-sided Mann-Whitney U p that arm A's final best is lower (better) than B's;
+- with --snapshots SNAP_A SNAP_B (research_snapshot.py's files for the same loops) and seeds
+  in both arms, the paired figure of learning: per window of 50 experiments, A's mean reward
+  minus B's on the same seed (mean, median, seeds where A is ahead, Wilcoxon signed-rank p),
+  and the same for valid share and keeps. The reward of every arm falls from window to window
+  because it is the gain over a best that hardens; an arm that learns pulls ahead of its
+  non-learning prior (the same LM, [rl] update_every past the run) as the windows go on, so
+  `gap_trend` is the slope of the mean reward gap per window (least squares, reward per window)
+  and `gap_last_minus_first` its last window's mean minus its first's.
+
+    python benchmarks/compare_arms.py --a results/research_gym_rl33.json:rl \\
+        --b results/research_gym_rl33_prior.json:rl --b-name prior \\
+        --snapshots results/research_gym_rl33_snapshot.json results/research_gym_rl33_prior_snapshot.json
+    python benchmarks/compare_arms.py --a results/research_gym_rl34_prior.json:rl \\
+        --a results/research_gym_rl34_prior_b.json:rl --b results/research_gym_rl33_random.json:random \\
+        --b results/research_gym_rl33_random_b.json:random
+"""
+import argparse, json, statistics
+from pathlib import Path
+import numpy as np
+from scipy import stats
+
+
+def final_bests(sources: list[str]) -> dict[int, float]:
+    """seed -> best after the last experiment, pooled over FILE:POLICY sources."""
+    bests: dict[int, float] = {}
+    for source in sources:
+        path, _, policy = source.rpartition(":")
+        runs = json.loads(Path(path).read_text())["runs"]
+        if policy not in runs:
+            raise SystemExit(f"{path} has no runs of {policy!r} (it has {', '.join(runs)})")
+        for run in runs[policy]:
+            if run["seed"] in bests:
+                raise SystemExit(f"seed {run['seed']} is in two sources of one arm ({source})")
+            bests[run["seed"]] = run["best"][-1]
+    return bests
+
+
+def summary(bests: dict[int, float]) -> dict:
+    values = list(bests.values())
+    return {"seeds": sorted(bests), "final_best": {str(s): round(b, 4) for s, b in sorted(bests.items())},
+            "median": round(statistics.median(values), 4), "mean": round(statistics.mean(values), 4),
+            "worst": round(max(values), 4)}
+
+
+def loops_by_seed(snapshot: str) -> dict[int, dict]:
+    loops = json.loads(Path(snapshot).read_text())["loops"]
+    return {int(name.rpartition("seed")[2]): loop for name, loop in loops.items()}
+
+
+def paired_windows(snap_a: str, snap_b: str, seeds: list[int]) -> dict:
+    a, b = loops_by_seed(snap_a), loops_by_seed(snap_b)
+    seeds = [s for s in seeds if s in a and s in b]
+    if not seeds:
+        raise SystemExit("the snapshots share no seed with both arms")
+    count = min(min(len(a[s]["windows"]), len(b[s]["windows"])) for s in seeds)
+    windows = []
+    for w in range(count):
+        row = {"first": a[seeds[0]]["windows"][w]["first"], "last": a[seeds[0]]["windows"][w]["last"]}
+        for key in ("mean_reward", "valid_share", "keeps"):
+            gaps = [a[s]["windows"][w][key] - b[s]["windows"][w][key] for s in seeds]
+            row[key] = {"mean": round(statistics.mean(gaps), 4), "median": round(statistics.median(gaps), 4),
+                        "a_ahead": sum(g > 0 for g in gaps), "seeds": len(gaps)}
+            if key == "mean_reward":
+                # zero gaps carry no sign; with all gaps zero there is nothing to test
+                row[key]["wilcoxon_p"] = (round(float(stats.wilcoxon(gaps).pvalue), 4)
+                                          if any(gaps) else 1.0)
+        windows.append(row)
+    gaps = [row["mean_reward"]["mean"] for row in windows]
+    trend = float(np.polyfit(range(len(gaps)), gaps, 1)[0]) if len(gaps) > 1 else 0.0
+    return {"seeds": seeds, "windows": windows, "gap_trend": round(trend, 4),
+            "gap_last_minus_first": round(gaps[-1] - gaps[0], 4)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--a", action="append", required=True, help="FILE:POLICY of arm A (repeatable)")
+    parser.add_argument("--b", action="append", required=True, help="FILE:POLICY of arm B (repeatable)")
+    parser.add_argument("--a-name", default="A")
+    parser.add_argument("--b-name", default="B")
+    parser.add_argument("--snapshots", nargs=2, metavar=("SNAP_A", "SNAP_B"))
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    best_a, best_b = final_bests(args.a), final_bests(args.b)
+    result = {"schema": 1, "a": {"name": args.a_name, "sources": args.a, **summary(best_a)},
+              "b": {"name": args.b_name, "sources": args.b, **summary(best_b)},
+              "best_p": round(float(stats.mannwhitneyu(list(best_a.values()), list(best_b.values()),
+                                                       alternative="less").pvalue), 4)}
+    for arm in ("a", "b"):
+        r = result[arm]
+        print(f"{r['name']}: {len(r['seeds'])} seeds, final best median {r['median']}, mean {r['mean']}, "
+              f"worst {r['worst']}")
+    print(f"{args.a_name} better than {args.b_name} (one-sided Mann-Whitney): p = {result['best_p']}")
+    if args.snapshots:
+        paired = paired_windows(*args.snapshots, sorted(set(best_a) & set(best_b)))
+        result["paired"] = paired
+        print(f"per window, {args.a_name} minus {args.b_name} on the same seed ({len(paired['seeds'])} seeds):")
+        for row in paired["windows"]:
+            r, v, k = row["mean_reward"], row["valid_share"], row["keeps"]
+            print(f"  {row['first']:>3}-{row['last']:<3} reward {r['mean']:+.3f} (median {r['median']:+.3f}, "
+                  f"ahead on {r['a_ahead']}/{r['seeds']}, p = {r['wilcoxon_p']})  valid {v['mean']:+.3f}  "
+                  f"keeps {k['mean']:+.2f}")
+        print(f"  gap trend {paired['gap_trend']:+.4f} reward per window; last minus first "
+              f"{paired['gap_last_minus_first']:+.3f}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
