@@ -15,12 +15,12 @@ pooled by seed (a seed run twice is an error). Printed, and written as JSON to -
   `gap_trend` is the slope of the mean reward gap per window (least squares, reward per window)
   and `gap_last_minus_first` its last window's mean minus its first's.
 
-    python benchmarks/compare_arms.py --a results/research_gym_rl33.json:rl \\
-        --b results/research_gym_rl33_prior.json:rl --b-name prior \\
-        --snapshots results/research_gym_rl33_snapshot.json results/research_gym_rl33_prior_snapshot.json
-    python benchmarks/compare_arms.py --a results/research_gym_rl34_prior.json:rl \\
-        --a results/research_gym_rl34_prior_b.json:rl --b results/research_gym_rl33_random.json:random \\
-        --b results/research_gym_rl33_random_b.json:random
+    python benchmarks/compare_arms.py --a benchmarks/results/research_gym_rl33.json:rl \\
+        --b benchmarks/results/research_gym_rl33_prior.json:rl --b-name prior \\
+        --snapshots benchmarks/results/research_gym_rl33_snapshot.json benchmarks/results/research_gym_rl33_prior_snapshot.json
+    python benchmarks/compare_arms.py --a benchmarks/results/research_gym_rl34_prior.json:rl \\
+        --a benchmarks/results/research_gym_rl34_prior_b.json:rl --b benchmarks/results/research_gym_rl33_random.json:random \\
+        --b benchmarks/results/research_gym_rl33_random_b.json:random
 """
 import argparse, json, statistics
 from pathlib import Path
