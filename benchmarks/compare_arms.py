@@ -6,9 +6,9 @@ pooled by seed (a seed run twice is an error). Printed, and written as JSON to -
 
 - per arm: the seeds, the best after the last experiment per seed, its median, mean and worst;
 - `best_p`: one-sided Mann-Whitney U p that arm A's final best is lower (better) than B's;
-- with --snapshots SNAP_A SNAP_B (research_snapshot.py's files for the same loops) and seeds
-  in both arms, the paired figure of learning: per window of 50 experiments, A's mean reward
-  minus B's on the same seed (mean, median, seeds where A is ahead, Wilcoxon signed-rank p),
+- with --snapshots SNAP_A SNAP_B (research_snapshot.py's files for the same loops; each arm's
+  loops are those of the policy of its first source) and seeds in both arms, the paired
+  figure of learning: per window of 50 experiments, A's mean reward minus B's on the same seed (mean, median, seeds where A is ahead, Wilcoxon signed-rank p),
   and the same for valid share and keeps. The reward of every arm falls from window to window
   because it is the gain over a best that hardens; an arm that learns pulls ahead of its
   non-learning prior (the same LM, [rl] update_every past the run) as the windows go on, so
@@ -28,11 +28,18 @@ import numpy as np
 from scipy import stats
 
 
+def split_source(source: str) -> tuple[str, str]:
+    path, _, policy = source.rpartition(":")
+    if not path or not policy:
+        raise SystemExit(f"{source!r}: an arm's source is FILE:POLICY (e.g. results.json:rl)")
+    return path, policy
+
+
 def final_bests(sources: list[str]) -> dict[int, float]:
     """seed -> best after the last experiment, pooled over FILE:POLICY sources."""
     bests: dict[int, float] = {}
     for source in sources:
-        path, _, policy = source.rpartition(":")
+        path, policy = split_source(source)
         runs = json.loads(Path(path).read_text())["runs"]
         if policy not in runs:
             raise SystemExit(f"{path} has no runs of {policy!r} (it has {', '.join(runs)})")
@@ -50,13 +57,15 @@ def summary(bests: dict[int, float]) -> dict:
             "worst": round(max(values), 4)}
 
 
-def loops_by_seed(snapshot: str) -> dict[int, dict]:
+def loops_by_seed(snapshot: str, policy: str) -> dict[int, dict]:
+    """seed -> the snapshot's loop of `policy` (a snapshot of one workdir may hold several)."""
     loops = json.loads(Path(snapshot).read_text())["loops"]
-    return {int(name.rpartition("seed")[2]): loop for name, loop in loops.items()}
+    return {int(name.rpartition("-seed")[2]): loop for name, loop in loops.items()
+            if name.rpartition("-seed")[0] == policy}
 
 
-def paired_windows(snap_a: str, snap_b: str, seeds: list[int]) -> dict:
-    a, b = loops_by_seed(snap_a), loops_by_seed(snap_b)
+def paired_windows(snap_a: str, policy_a: str, snap_b: str, policy_b: str, seeds: list[int]) -> dict:
+    a, b = loops_by_seed(snap_a, policy_a), loops_by_seed(snap_b, policy_b)
     seeds = [s for s in seeds if s in a and s in b]
     if not seeds:
         raise SystemExit("the snapshots share no seed with both arms")
@@ -99,7 +108,9 @@ def main() -> None:
               f"worst {r['worst']}")
     print(f"{args.a_name} better than {args.b_name} (one-sided Mann-Whitney): p = {result['best_p']}")
     if args.snapshots:
-        paired = paired_windows(*args.snapshots, sorted(set(best_a) & set(best_b)))
+        snap_a, snap_b = args.snapshots
+        paired = paired_windows(snap_a, split_source(args.a[0])[1], snap_b, split_source(args.b[0])[1],
+                                sorted(set(best_a) & set(best_b)))
         result["paired"] = paired
         print(f"per window, {args.a_name} minus {args.b_name} on the same seed ({len(paired['seeds'])} seeds):")
         for row in paired["windows"]:

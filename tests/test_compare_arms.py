@@ -1,0 +1,64 @@
+"""benchmarks/compare_arms.py: the comparisons the gym's claims are read from."""
+import json
+
+import pytest
+
+from helpers import benchmark_module
+
+compare_arms = benchmark_module("compare_arms")
+
+
+def results_file(path, policy, bests):
+    runs = [{"seed": seed, "best": [2.5, best]} for seed, best in bests.items()]
+    path.write_text(json.dumps({"runs": {policy: runs}}))
+    return f"{path}:{policy}"
+
+
+def snapshot_file(path, loops):
+    """loops: name -> per window (mean_reward, valid_share, keeps)."""
+    path.write_text(json.dumps({"loops": {name: {"windows": [
+        {"first": 1 + 50 * w, "last": 50 * (w + 1), "mean_reward": r, "valid_share": v, "keeps": k}
+        for w, (r, v, k) in enumerate(rows)]} for name, rows in loops.items()}}))
+    return str(path)
+
+
+def test_arms_pool_by_seed_and_a_seed_run_twice_is_an_error(tmp_path):
+    first = results_file(tmp_path / "a.json", "rl", {0: 1.70, 1: 1.72})
+    second = results_file(tmp_path / "a_b.json", "rl", {2: 1.74})
+    assert compare_arms.final_bests([first, second]) == {0: 1.70, 1: 1.72, 2: 1.74}
+    again = results_file(tmp_path / "a_again.json", "rl", {1: 1.9})
+    with pytest.raises(SystemExit, match="seed 1"):
+        compare_arms.final_bests([first, again])
+    with pytest.raises(SystemExit, match="no runs of 'random'"):
+        compare_arms.final_bests([f"{tmp_path / 'a.json'}:random"])
+    with pytest.raises(SystemExit, match="FILE:POLICY"):
+        compare_arms.final_bests([str(tmp_path / "a.json")])
+
+
+def test_paired_windows_take_each_arms_own_policy_and_only_shared_seeds(tmp_path):
+    # one snapshot holds two policies' loops with the same seeds: each arm must read its own
+    snap = snapshot_file(tmp_path / "snap.json", {
+        "rl-seed0": [(-1.0, 0.9, 2), (0.5, 1.0, 1)], "rl-seed1": [(-2.0, 0.8, 1), (1.0, 1.0, 0)],
+        "random-seed0": [(0.0, 1.0, 3), (0.0, 1.0, 1)], "random-seed1": [(0.0, 1.0, 1), (-1.0, 1.0, 2)],
+        "random-seed7": [(9.0, 1.0, 9), (9.0, 1.0, 9)]})
+    paired = compare_arms.paired_windows(snap, "rl", snap, "random", [0, 1, 7])
+    assert paired["seeds"] == [0, 1]
+    first, last = paired["windows"]
+    assert (first["first"], first["last"], last["first"], last["last"]) == (1, 50, 51, 100)
+    assert first["mean_reward"]["mean"] == -1.5 and last["mean_reward"]["mean"] == 1.25
+    assert last["mean_reward"]["a_ahead"] == 2 and first["mean_reward"]["a_ahead"] == 0
+    assert first["valid_share"]["mean"] == pytest.approx(-0.15) and first["keeps"]["mean"] == -0.5
+    assert paired["gap_last_minus_first"] == 2.75 and paired["gap_trend"] == pytest.approx(2.75)
+
+
+def test_main_prints_and_writes_the_figures(tmp_path, monkeypatch, capsys):
+    better = results_file(tmp_path / "a.json", "rl", {s: 1.70 + s / 1000 for s in range(5)})
+    worse = results_file(tmp_path / "b.json", "random", {s: 1.80 + s / 1000 for s in range(5)})
+    out = tmp_path / "out.json"
+    monkeypatch.setattr("sys.argv", ["compare_arms.py", "--a", better, "--b", worse, "--json", str(out)])
+    compare_arms.main()
+    result = json.loads(out.read_text())
+    # every A below every B: the one-sided p is the exact U-test's smallest for 5 against 5
+    assert result["best_p"] == pytest.approx(1 / 252, abs=1e-4)
+    assert result["a"]["median"] == 1.702 and result["b"]["worst"] == 1.804
+    assert "p = 0.004" in capsys.readouterr().out
