@@ -129,6 +129,9 @@ class RewardConfig:
     # x each sigma lost against the parent: 1 scores a loss as a gain of the same size; below 1 a
     # loser costs less (0: only gains count, the expected improvement of a search for the best)
     loss_weight: float = 1.0
+    # all: any valid run's gain over its parent is paid; keeps: only a kept (confirmed) run's, so a
+    # discard near best that came out better than its parent by noise earns nothing for it
+    paid_gains: str = "all"
     time_weight: float = 0.2  # x share of the budget the run trained for
     memory_weight: float = 0.1  # x relative peak memory above the baseline's
     novelty_epsilon: float = 0.1  # x (1 - max Jaccard similarity to the window's diffs)
@@ -146,6 +149,7 @@ class RewardConfig:
 PROMPTS = ("full", "compact")  # [llm] prompt: what the policy's model reads (policies/prompt.py)
 REPLIES = ("diff", "moves")  # [llm] reply: the form the compact prompt asks for (policies/moves.py)
 OPTIMIZERS = ("adamw", "adamw8bit", "paged_adamw8bit", "paged_adamw")
+PAID_GAINS = ("all", "keeps")  # [reward] paid_gains: whose gain over its parent is paid (reward.py)
 KL_MODES = ("loss", "reward")  # [rl] kl_mode: where the penalty to the reference acts (policies/ppo.py)
 
 
@@ -380,6 +384,9 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
     reward_config = sections["reward"]
     if not 0 <= reward_config.loss_weight <= 1:
         raise ConfigError(f"{path} [reward] loss_weight = {reward_config.loss_weight!r}: expected a weight in [0, 1]")
+    if reward_config.paid_gains not in PAID_GAINS:
+        raise ConfigError(f"{path} [reward] paid_gains = {reward_config.paid_gains!r}: expected one of "
+                          f"{', '.join(PAID_GAINS)}")
     for name in ("invalid_penalty", "crash_penalty", "timeout_penalty"):
         if -getattr(reward_config, name) >= reward_config.valid_floor():
             raise ConfigError(f"{path} [reward] {name} = {getattr(reward_config, name)!r}: a failed "

@@ -2,7 +2,8 @@
 
     reward = improvement + efficiency + novelty - penalty
     improvement = w_improve * clip((parent val_bpb - val_bpb) / noise_std, +-improve_clip),
-                  times loss_weight where it is a loss
+                  times loss_weight where it is a loss; with paid_gains = "keeps" a run the
+                  loop did not keep is paid no gain (a no-op near best earns nothing from noise)
                   (one unit = one noise sigma; an early-stopped run counts its last forecast)
     efficiency  = -w_time * training_seconds / budget_s
                   - w_memory * (peak_memory_mb / baseline peak_memory_mb - 1), clipped to [-1, 1]
@@ -60,6 +61,8 @@ def reward(record: dict, baseline: dict, config: RewardConfig) -> dict:
     if not failed and isinstance(value, (int, float)) and isinstance(parent, (int, float)) and math.isfinite(value):
         gain = (parent - value) / noise
         gain = max(-config.improvement_clip, min(config.improvement_clip, gain))
+        if config.paid_gains == "keeps" and status != "keep":
+            gain = min(gain, 0.0)
         improvement = config.improvement_weight * (gain if gain >= 0 else config.loss_weight * gain)
     efficiency = 0.0
     if status not in ("invalid", None):

@@ -103,3 +103,24 @@ def test_config_refuses_a_loss_weight_outside_zero_to_one(tmp_path, weight):
     (tmp_path / "gitresearch.toml").write_text(f"[reward]\nloss_weight = {weight}\n")
     with pytest.raises(ConfigError, match=rf"loss_weight = {weight}: expected a weight in \[0, 1\]"):
         load(tmp_path)
+
+
+def test_paid_gains_keeps_pays_only_what_the_loop_kept():
+    keeps = RewardConfig(loss_weight=0.0, paid_gains="keeps")
+    assert reward(run(status="keep", val_bpb=1.98), BASE, keeps)["improvement"] == pytest.approx(2.0)
+    assert reward(run(status="discard", val_bpb=1.98), BASE, keeps)["improvement"] == 0.0
+    counted_losses = RewardConfig(loss_weight=0.5, paid_gains="keeps")
+    assert reward(run(status="discard", val_bpb=2.03), BASE, counted_losses)["improvement"] == pytest.approx(-1.5)
+    # a no-op near best: its runs land either side of the parent by noise alone. Paid on any gain
+    # with losses free, it earns the positive half of the noise; paid on keeps, nothing.
+    noise = [(-1) ** i * 0.001 * (i % 7 + 1) for i in range(40)]
+    def mean_improvement(config):
+        return sum(reward(run(val_bpb=2.0 + e), BASE, config)["improvement"] for e in noise) / len(noise)
+    assert mean_improvement(RewardConfig(loss_weight=0.0)) > 0.1
+    assert mean_improvement(keeps) == 0.0
+
+
+def test_paid_gains_must_be_known(tmp_path):
+    (tmp_path / "gitresearch.toml").write_text('[reward]\npaid_gains = "discards"\n')
+    with pytest.raises(ConfigError, match=r"paid_gains = 'discards': expected one of all, keeps"):
+        load(tmp_path)
