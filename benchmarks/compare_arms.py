@@ -9,7 +9,10 @@ pooled by seed (a seed run twice is an error). Printed, and written as JSON to -
 - with --snapshots SNAP_A SNAP_B (research_snapshot.py's files for the same loops; each arm's
   loops are those of the policy of its first source) and seeds in both arms, the paired
   figure of learning: per window of 50 experiments, A's mean reward minus B's on the same seed (mean, median, seeds where A is ahead, Wilcoxon signed-rank p),
-  and the same for valid share and keeps. The reward of every arm falls from window to window
+  and the same for valid share and keeps; and per checkpoint of the snapshots' best_at (25,
+  50, 100, ... experiments), A's best so far minus B's on the same seed (below 0: A ahead),
+  which needs no common reward (two arms scored under different [reward] settings compare
+  here, not on their rewards). The reward of every arm falls from window to window
   because it is the gain over a best that hardens; an arm that learns pulls ahead of its
   non-learning prior (the same LM, [rl] update_every past the run) as the windows go on, so
   `gap_trend` is the slope of the mean reward gap per window (least squares, reward per window)
@@ -82,9 +85,17 @@ def paired_windows(snap_a: str, policy_a: str, snap_b: str, policy_b: str, seeds
                 row[key]["wilcoxon_p"] = (round(float(stats.wilcoxon(gaps).pvalue), 4)
                                           if any(gaps) else 1.0)
         windows.append(row)
+    checkpoints = sorted(set.intersection(*(set(a[s].get("best_at", {})) & set(b[s].get("best_at", {}))
+                                            for s in seeds)), key=int)
+    best_at = []
+    for point in checkpoints:
+        gaps = [a[s]["best_at"][point] - b[s]["best_at"][point] for s in seeds]
+        best_at.append({"experiments": int(point), "mean": round(statistics.mean(gaps), 4),
+                        "median": round(statistics.median(gaps), 4), "a_ahead": sum(g < 0 for g in gaps),
+                        "seeds": len(gaps)})
     gaps = [row["mean_reward"]["mean"] for row in windows]
     trend = float(np.polyfit(range(len(gaps)), gaps, 1)[0]) if len(gaps) > 1 else 0.0
-    return {"seeds": seeds, "windows": windows, "gap_trend": round(trend, 4),
+    return {"seeds": seeds, "windows": windows, "best_at": best_at, "gap_trend": round(trend, 4),
             "gap_last_minus_first": round(gaps[-1] - gaps[0], 4)}
 
 
@@ -120,6 +131,10 @@ def main() -> None:
                   f"keeps {k['mean']:+.2f}")
         print(f"  gap trend {paired['gap_trend']:+.4f} reward per window; last minus first "
               f"{paired['gap_last_minus_first']:+.3f}")
+        print(f"best so far, {args.a_name} minus {args.b_name} on the same seed (below 0: {args.a_name} ahead):")
+        for row in paired["best_at"]:
+            print(f"  after {row['experiments']:>3}: {row['mean']:+.4f} (median {row['median']:+.4f}, "
+                  f"ahead on {row['a_ahead']}/{row['seeds']})")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -14,11 +14,12 @@ def results_file(path, policy, bests):
     return f"{path}:{policy}"
 
 
-def snapshot_file(path, loops):
-    """loops: name -> per window (mean_reward, valid_share, keeps)."""
+def snapshot_file(path, loops, best_at=None):
+    """loops: name -> per window (mean_reward, valid_share, keeps); best_at: name -> {experiments: best}."""
     path.write_text(json.dumps({"loops": {name: {"windows": [
         {"first": 1 + 50 * w, "last": 50 * (w + 1), "mean_reward": r, "valid_share": v, "keeps": k}
-        for w, (r, v, k) in enumerate(rows)]} for name, rows in loops.items()}}))
+        for w, (r, v, k) in enumerate(rows)], "best_at": (best_at or {}).get(name, {})}
+        for name, rows in loops.items()}}))
     return str(path)
 
 
@@ -62,3 +63,18 @@ def test_main_prints_and_writes_the_figures(tmp_path, monkeypatch, capsys):
     assert result["best_p"] == pytest.approx(1 / 252, abs=1e-4)
     assert result["a"]["median"] == 1.702 and result["b"]["worst"] == 1.804
     assert "p = 0.004" in capsys.readouterr().out
+
+
+def test_paired_best_so_far_per_checkpoint_shared_by_every_seed(tmp_path):
+    rows = [(0.0, 1.0, 1)]
+    snap = snapshot_file(tmp_path / "snap.json", {"rl-seed0": rows, "rl-seed1": rows, "prior-seed0": rows,
+                                                   "prior-seed1": rows},
+                         best_at={"rl-seed0": {"25": 2.0, "50": 1.80, "100": 1.70},
+                                  "rl-seed1": {"25": 2.1, "50": 1.90, "100": 1.75},
+                                  "prior-seed0": {"25": 2.2, "50": 1.85, "100": 1.72},
+                                  "prior-seed1": {"25": 2.0, "50": 1.80}})  # seed 1's prior stopped short
+    paired = compare_arms.paired_windows(snap, "rl", snap, "prior", [0, 1])
+    assert [row["experiments"] for row in paired["best_at"]] == [25, 50]  # 100: not in every loop
+    at25, at50 = paired["best_at"]
+    assert at25["mean"] == pytest.approx(-0.05) and at25["a_ahead"] == 1
+    assert at50["mean"] == pytest.approx(0.025) and at50["a_ahead"] == 1 and at50["seeds"] == 2
