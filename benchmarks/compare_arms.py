@@ -7,7 +7,8 @@ pooled by seed (a seed run twice is an error). Printed, and written as JSON to -
 - per arm: the seeds, the best after the last experiment per seed, its median, mean and worst;
 - `best_p`: one-sided Mann-Whitney U p that arm A's final best is lower (better) than B's;
 - with --snapshots SNAP_A SNAP_B (research_snapshot.py's files for the same loops; each arm's
-  loops are those of the policy of its first source) and seeds in both arms, the paired
+  loops are those of the policy of its first source; an arm whose seeds sit in several
+  snapshots names them with --a-snapshot / --b-snapshot, repeatable) and seeds in both arms, the paired
   figure of learning: per window of 50 experiments, A's mean reward minus B's on the same seed (mean, median, seeds where A is ahead, Wilcoxon signed-rank p),
   and the same for valid share and keeps; and per checkpoint of the snapshots' best_at (25,
   50, 100, ... experiments), A's best so far minus B's on the same seed (below 0: A ahead),
@@ -60,14 +61,21 @@ def summary(bests: dict[int, float]) -> dict:
             "worst": round(max(values), 4)}
 
 
-def loops_by_seed(snapshot: str, policy: str) -> dict[int, dict]:
-    """seed -> the snapshot's loop of `policy` (a snapshot of one workdir may hold several)."""
-    loops = json.loads(Path(snapshot).read_text())["loops"]
-    return {int(name.rpartition("-seed")[2]): loop for name, loop in loops.items()
-            if name.rpartition("-seed")[0] == policy}
+def loops_by_seed(snapshots: str | list[str], policy: str) -> dict[int, dict]:
+    """seed -> the snapshots' loop of `policy` (a snapshot of one workdir may hold several
+    policies; a seed in two snapshots is an error)."""
+    found: dict[int, dict] = {}
+    for snapshot in [snapshots] if isinstance(snapshots, str) else snapshots:
+        for name, loop in json.loads(Path(snapshot).read_text())["loops"].items():
+            prefix, _, seed = name.rpartition("-seed")
+            if prefix == policy:
+                if int(seed) in found:
+                    raise SystemExit(f"seed {seed} of {policy!r} is in two snapshots ({snapshot})")
+                found[int(seed)] = loop
+    return found
 
 
-def paired_windows(snap_a: str, policy_a: str, snap_b: str, policy_b: str, seeds: list[int]) -> dict:
+def paired_windows(snap_a: str | list[str], policy_a: str, snap_b: str | list[str], policy_b: str, seeds: list[int]) -> dict:
     a, b = loops_by_seed(snap_a, policy_a), loops_by_seed(snap_b, policy_b)
     seeds = [s for s in seeds if s in a and s in b]
     if not seeds:
@@ -105,7 +113,9 @@ def main() -> None:
     parser.add_argument("--b", action="append", required=True, help="FILE:POLICY of arm B (repeatable)")
     parser.add_argument("--a-name", default="A")
     parser.add_argument("--b-name", default="B")
-    parser.add_argument("--snapshots", nargs=2, metavar=("SNAP_A", "SNAP_B"))
+    parser.add_argument("--snapshots", nargs=2, metavar=("SNAP_A", "SNAP_B"), default=[])
+    parser.add_argument("--a-snapshot", action="append", default=[], help="a snapshot of arm A's loops (repeatable)")
+    parser.add_argument("--b-snapshot", action="append", default=[], help="a snapshot of arm B's loops (repeatable)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     best_a, best_b = final_bests(args.a), final_bests(args.b)
@@ -118,8 +128,10 @@ def main() -> None:
         print(f"{r['name']}: {len(r['seeds'])} seeds, final best median {r['median']}, mean {r['mean']}, "
               f"worst {r['worst']}")
     print(f"{args.a_name} better than {args.b_name} (one-sided Mann-Whitney): p = {result['best_p']}")
-    if args.snapshots:
-        snap_a, snap_b = args.snapshots
+    snap_a, snap_b = args.a_snapshot + args.snapshots[:1], args.b_snapshot + args.snapshots[1:]
+    if bool(snap_a) != bool(snap_b):
+        raise SystemExit("the paired figures need snapshots of both arms")
+    if snap_a:
         paired = paired_windows(snap_a, split_source(args.a[0])[1], snap_b, split_source(args.b[0])[1],
                                 sorted(set(best_a) & set(best_b)))
         result["paired"] = paired

@@ -78,3 +78,15 @@ def test_paired_best_so_far_per_checkpoint_shared_by_every_seed(tmp_path):
     at25, at50 = paired["best_at"]
     assert at25["mean"] == pytest.approx(-0.05) and at25["a_ahead"] == 1
     assert at50["mean"] == pytest.approx(0.025) and at50["a_ahead"] == 1 and at50["seeds"] == 2
+
+
+def test_an_arms_seeds_may_sit_in_several_snapshots_but_not_twice(tmp_path):
+    rows = [(1.0, 1.0, 1)]
+    first = snapshot_file(tmp_path / "a.json", {"rl-seed0": rows})
+    second = snapshot_file(tmp_path / "b.json", {"rl-seed1": [(3.0, 1.0, 1)], "prior-seed1": rows})
+    assert sorted(compare_arms.loops_by_seed([first, second], "rl")) == [0, 1]
+    prior = snapshot_file(tmp_path / "p.json", {"prior-seed0": [(0.0, 1.0, 1)]})
+    paired = compare_arms.paired_windows([first, second], "rl", [prior, second], "prior", [0, 1])
+    assert paired["seeds"] == [0, 1] and paired["windows"][0]["mean_reward"]["mean"] == 1.5
+    with pytest.raises(SystemExit, match="seed 0 of 'rl' is in two snapshots"):
+        compare_arms.loops_by_seed([first, first], "rl")
