@@ -179,6 +179,9 @@ class RLConfig:
     ppo_epochs: int = 4  # passes over the replay per update
     minibatch_size: int = 1  # episodes per forward pass (left-padded with position_ids)
     update_every: int = 4  # experiments between updates
+    # experiments before the first update: the first updates otherwise learn from a handful of
+    # episodes scaled by statistics of a handful of rewards (the gym: PPO fell behind its prior there)
+    update_after: int = 0
     replay_size: int = 32  # the newest episodes an update learns from
     max_staleness: int = 2  # drop episodes generated more than this many versions ago
     seed: int | None = None  # sampling seed; None: [policy] seed (loop --seed), else fresh entropy

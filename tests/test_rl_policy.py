@@ -36,3 +36,35 @@ def test_rl_loop_updates_records_and_resumes(tmp_path):
     newest = Store(repo).experiments()[0].record
     assert newest["experiment"] == 5 and newest["policy_data"]["policy_version"] == 2
     assert json.loads((state / "counters.json").read_text())["experiments"] == 5
+
+
+class CountingLearner:
+    """The learner's bookkeeping without a model: which experiments an update followed."""
+    def __init__(self):
+        self.experiments, self.updated_after = 0, []
+
+    def update(self):
+        self.updated_after.append(self.experiments)
+        return {}
+
+    def save(self, state_dir):
+        pass
+
+
+def test_no_update_before_update_after_then_every_update_every(tmp_path):
+    from dataclasses import replace
+    from gitresearch.config import load
+    from gitresearch.policies.rl import RLPolicy
+    repo = make_repo(tmp_path / "repo", config=RL_CONFIG + "update_after = 5\n")
+    config = load(repo)
+    assert config.rl.update_after == 5
+    learner = CountingLearner()
+    policy = RLPolicy(config, Store(repo), learner=learner)
+    for number in range(1, 11):
+        policy.observe({"experiment": number, "reward": {"total": 1.0}})
+    assert learner.updated_after == [6, 8, 10]  # update_every 2, none before 5 experiments
+    learner = CountingLearner()
+    policy = RLPolicy(replace(config, rl=replace(config.rl, update_after=0)), Store(repo), learner=learner)
+    for number in range(1, 5):
+        policy.observe({"experiment": number, "reward": {"total": 1.0}})
+    assert learner.updated_after == [2, 4]
