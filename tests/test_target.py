@@ -205,6 +205,7 @@ def test_evaluator_equals_the_in_process_figure(target_copy, nanochat_cache, mon
     assert int(summary["eval_tokens"]) == modules["prepare"].spec().eval_tokens
 
 
+@pytest.mark.alone
 def test_short_cpu_run_improves_val_bpb(target_copy, nanochat_cache, tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     proc = run_train(target_copy, {"GITRESEARCH_BUDGET_S": "8", "GITRESEARCH_METRICS": str(metrics),
