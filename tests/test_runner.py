@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from gitresearch.config import Config, FilesConfig, RunConfig
+from gitresearch.processes import tagged
 from gitresearch.runner import clean_env, network_isolation_available, run_training
 
 FAKES = Path(__file__).parent / "fakes"
@@ -30,14 +31,8 @@ def left_behind(under: Path, wait_s: float = 5.0) -> list[psutil.Process]:
     """Live training processes (tagged with a GITRESEARCH_RUN_ID) working under `under`, once
     those already dying have had `wait_s` to finish exiting: a loaded machine takes a moment to
     tear down a killed process, and other tests' runs (under xdist) are not this test's."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if "GITRESEARCH_RUN_ID" in p.environ() and p.cwd().startswith(str(under)):
-                found.append(p)
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(found, timeout=wait_s)
+    found = tagged(lambda p, tag: p.cwd().startswith(str(under)))
+    _, alive = psutil.wait_procs(list(found.values()), timeout=wait_s)
     return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
