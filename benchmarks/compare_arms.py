@@ -6,6 +6,10 @@ pooled by seed (a seed run twice is an error). Printed, and written as JSON to -
 
 - per arm: the seeds, the best after the last experiment per seed, its median, mean and worst;
 - `best_p`: one-sided Mann-Whitney U p that arm A's final best is lower (better) than B's;
+- `anytime`: per loop, the best so far averaged over experiments 1..n (n: the shortest loop of
+  both arms; the area under its best-so-far curve over n), each arm's median and mean, and the
+  one-sided Mann-Whitney p that A's is lower: the figure of an arm that gets there sooner,
+  where both end level;
 - with --snapshots SNAP_A SNAP_B (research_snapshot.py's files for the same loops; each arm's
   loops are those of the policy of its first source; an arm whose seeds sit in several
   snapshots names them with --a-snapshot / --b-snapshot, repeatable) and seeds in both arms, the paired
@@ -39,19 +43,40 @@ def split_source(source: str) -> tuple[str, str]:
     return path, policy
 
 
-def final_bests(sources: list[str]) -> dict[int, float]:
-    """seed -> best after the last experiment, pooled over FILE:POLICY sources."""
-    bests: dict[int, float] = {}
+def best_curves(sources: list[str]) -> dict[int, list[float]]:
+    """seed -> best so far after the baseline and after each experiment, pooled over FILE:POLICY
+    sources."""
+    curves: dict[int, list[float]] = {}
     for source in sources:
         path, policy = split_source(source)
         runs = json.loads(Path(path).read_text())["runs"]
         if policy not in runs:
             raise SystemExit(f"{path} has no runs of {policy!r} (it has {', '.join(runs)})")
         for run in runs[policy]:
-            if run["seed"] in bests:
+            if run["seed"] in curves:
                 raise SystemExit(f"seed {run['seed']} is in two sources of one arm ({source})")
-            bests[run["seed"]] = run["best"][-1]
-    return bests
+            curves[run["seed"]] = run["best"]
+    return curves
+
+
+def final_bests(sources: list[str]) -> dict[int, float]:
+    """seed -> best after the last experiment."""
+    return {seed: curve[-1] for seed, curve in best_curves(sources).items()}
+
+
+def anytime(curves_a: dict[int, list[float]], curves_b: dict[int, list[float]]) -> dict:
+    """The best so far averaged over experiments 1..n, n the shortest loop of both arms (the
+    area under the best-so-far curve over n): a policy that gets there sooner scores lower even
+    where both end level. Per arm its median and mean, and the one-sided Mann-Whitney p that
+    A's is lower."""
+    n = min(len(curve) for curve in [*curves_a.values(), *curves_b.values()]) - 1
+    if n < 1:
+        raise SystemExit("the anytime figure needs at least one experiment after the baseline in every loop")
+    means = [[float(np.mean(curve[1:n + 1])) for curve in curves.values()] for curves in (curves_a, curves_b)]
+    figures = {arm: {"median": round(statistics.median(values), 4), "mean": round(statistics.mean(values), 4)}
+               for arm, values in zip("ab", means)}
+    return {"experiments": n, **figures,
+            "p": round(float(stats.mannwhitneyu(means[0], means[1], alternative="less").pvalue), 4)}
 
 
 def summary(bests: dict[int, float]) -> dict:
@@ -118,16 +143,23 @@ def main() -> None:
     parser.add_argument("--b-snapshot", action="append", default=[], help="a snapshot of arm B's loops (repeatable)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    best_a, best_b = final_bests(args.a), final_bests(args.b)
+    curves_a, curves_b = best_curves(args.a), best_curves(args.b)
+    best_a = {seed: curve[-1] for seed, curve in curves_a.items()}
+    best_b = {seed: curve[-1] for seed, curve in curves_b.items()}
     result = {"schema": 1, "a": {"name": args.a_name, "sources": args.a, **summary(best_a)},
               "b": {"name": args.b_name, "sources": args.b, **summary(best_b)},
               "best_p": round(float(stats.mannwhitneyu(list(best_a.values()), list(best_b.values()),
-                                                       alternative="less").pvalue), 4)}
+                                                       alternative="less").pvalue), 4),
+              "anytime": anytime(curves_a, curves_b)}
     for arm in ("a", "b"):
         r = result[arm]
         print(f"{r['name']}: {len(r['seeds'])} seeds, final best median {r['median']}, mean {r['mean']}, "
               f"worst {r['worst']}")
     print(f"{args.a_name} better than {args.b_name} (one-sided Mann-Whitney): p = {result['best_p']}")
+    area = result["anytime"]
+    print(f"best so far averaged over experiments 1-{area['experiments']}: {args.a_name} median {area['a']['median']}, "
+          f"mean {area['a']['mean']}; {args.b_name} median {area['b']['median']}, mean {area['b']['mean']}; "
+          f"{args.a_name} lower (one-sided Mann-Whitney): p = {area['p']}")
     snap_a, snap_b = args.a_snapshot + args.snapshots[:1], args.b_snapshot + args.snapshots[1:]
     if bool(snap_a) != bool(snap_b):
         raise SystemExit("the paired figures need snapshots of both arms")

@@ -62,6 +62,7 @@ def test_main_prints_and_writes_the_figures(tmp_path, monkeypatch, capsys):
     # every A below every B: the one-sided p is the exact U-test's smallest for 5 against 5
     assert result["best_p"] == pytest.approx(1 / 252, abs=1e-4)
     assert result["a"]["median"] == 1.702 and result["b"]["worst"] == 1.804
+    assert result["anytime"]["experiments"] == 1 and result["anytime"]["p"] == pytest.approx(1 / 252, abs=1e-4)
     assert "p = 0.004" in capsys.readouterr().out
 
 
@@ -90,3 +91,20 @@ def test_an_arms_seeds_may_sit_in_several_snapshots_but_not_twice(tmp_path):
     assert paired["seeds"] == [0, 1] and paired["windows"][0]["mean_reward"]["mean"] == 1.5
     with pytest.raises(SystemExit, match="seed 0 of 'rl' is in two snapshots"):
         compare_arms.loops_by_seed([first, first], "rl")
+
+
+def test_anytime_scores_the_arm_that_gets_there_sooner_over_the_shortest_loop():
+    # A drops to 1.7 after the first experiment, B only after the third: both end at 1.7
+    sooner = {s: [2.5, 1.7 + s / 1000, 1.7 + s / 1000, 1.7 + s / 1000, 1.7] for s in range(4)}
+    later = {s: [2.5, 2.0 + s / 1000, 2.0 + s / 1000, 1.7 + s / 1000, 1.7] for s in range(4)}
+    area = compare_arms.anytime(sooner, later)
+    assert area["experiments"] == 4
+    assert area["a"]["mean"] == pytest.approx(1.7 + 0.0015 * 3 / 4, abs=1e-4)
+    assert area["b"]["mean"] == pytest.approx((2.0 * 2 + 1.7 * 2) / 4 + 0.0015 * 3 / 4, abs=1e-4)
+    assert area["p"] == pytest.approx(1 / 70, abs=1e-4)  # exact U-test, every A below every B, 4 against 4
+    assert compare_arms.anytime(later, sooner)["p"] > 0.95
+    # a loop cut short sets n for every loop: past it, B's late drop does not count
+    cut = {**later, 9: [2.5, 2.0]}
+    assert compare_arms.anytime(sooner, cut)["experiments"] == 1
+    with pytest.raises(SystemExit, match="at least one experiment"):
+        compare_arms.anytime(sooner, {0: [2.5]})
