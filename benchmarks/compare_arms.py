@@ -59,9 +59,13 @@ def best_curves(sources: list[str]) -> dict[int, list[float]]:
     return curves
 
 
-def final_bests(sources: list[str]) -> dict[int, float]:
+def finals(curves: dict[int, list[float]]) -> dict[int, float]:
     """seed -> best after the last experiment."""
-    return {seed: curve[-1] for seed, curve in best_curves(sources).items()}
+    return {seed: curve[-1] for seed, curve in curves.items()}
+
+
+def final_bests(sources: list[str]) -> dict[int, float]:
+    return finals(best_curves(sources))
 
 
 def anytime(curves_a: dict[int, list[float]], curves_b: dict[int, list[float]]) -> dict:
@@ -144,8 +148,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     curves_a, curves_b = best_curves(args.a), best_curves(args.b)
-    best_a = {seed: curve[-1] for seed, curve in curves_a.items()}
-    best_b = {seed: curve[-1] for seed, curve in curves_b.items()}
+    best_a, best_b = finals(curves_a), finals(curves_b)
     result = {"schema": 1, "a": {"name": args.a_name, "sources": args.a, **summary(best_a)},
               "b": {"name": args.b_name, "sources": args.b, **summary(best_b)},
               "best_p": round(float(stats.mannwhitneyu(list(best_a.values()), list(best_b.values()),
