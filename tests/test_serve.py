@@ -106,7 +106,7 @@ def test_the_page_shows_the_repo_updates_live_and_escapes_what_it_shows(repo, se
     driver = chromium()
     try:
         driver.get(url + "/")
-        wait(driver, lambda: len(table_rows(driver)) == len(store.experiments()))
+        wait(driver, lambda: shows_now(driver, url, store))
         best = store.read_note(store.best())["val_bpb"]
         cards = {c.find_element("tag name", "span").text: c.find_element("tag name", "b").text
                  for c in driver.find_elements("css selector", "#summary .card")}
@@ -116,7 +116,7 @@ def test_the_page_shows_the_repo_updates_live_and_escapes_what_it_shows(repo, se
         driver.execute_script("window.sameDocument = true")
 
         number = add_experiment(repo, HOSTILE)  # a new note, written while the page is open
-        wait(driver, lambda: len(table_rows(driver)) == len(store.experiments()))
+        wait(driver, lambda: shows_now(driver, url, store))
         assert driver.execute_script("return window.sameDocument") is True  # no reload
         row = next(r for r in table_rows(driver) if r.get_attribute("data-number") == str(number))
         assert HOSTILE in row.text  # shown as text
@@ -126,7 +126,7 @@ def test_the_page_shows_the_repo_updates_live_and_escapes_what_it_shows(repo, se
         assert driver.find_elements("css selector", "img[src='x'], #experiments script") == []
 
         cli("loop", "--max-experiments", str(number + 1), cwd=repo)  # a real experiment, by the loop
-        wait(driver, lambda: len(table_rows(driver)) == len(store.experiments()))
+        wait(driver, lambda: shows_now(driver, url, store))
         os.makedirs(ARTIFACTS, exist_ok=True)
         driver.find_element("css selector", "#experiments tbody tr").click()
         time.sleep(1.0)
@@ -139,6 +139,18 @@ def test_the_page_shows_the_repo_updates_live_and_escapes_what_it_shows(repo, se
 
 def table_rows(driver):
     return driver.find_elements("css selector", "#experiments tbody tr")
+
+
+def shows_now(driver, url: str, store: Store) -> bool:
+    """The page has rendered the repo's current state, so its rows are not replaced again.
+
+    A row count alone can match an intermediate state (the experiment's commit before its
+    note, or the note before `best` moves); the next render then replaces the rows that a
+    click is about to use."""
+    with urllib.request.urlopen(url + "/api/state", timeout=10) as response:
+        token = json.loads(response.read())["token"]
+    return (driver.execute_script("return document.body.dataset.token") == token
+            and len(table_rows(driver)) == len(store.experiments()))
 
 
 def wait(driver, condition, timeout: float = 15.0):
