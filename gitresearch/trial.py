@@ -2,6 +2,7 @@
 evaluator) the frozen evaluation; and the note fields a run gives."""
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import threading
@@ -12,12 +13,29 @@ from .config import Config
 from .gitstore import Store
 from .runner import RunResult, run_evaluation, run_training
 
+def run_seed_env(store: Store, config: Config, run_dir: Path) -> dict:
+    """GITRESEARCH_SEED for a loop's run when the loop has a seed ([policy] seed, `--seed`):
+    a hash of that seed and the run's slot (its folder under the state's runs/: experiment 12's
+    screen run, its second confirmation pair's candidate, baseline run 3). Every run of a loop
+    gets its own seed, and two loops with the same seed give the same slot the same seed, so
+    two policies compared on one seed meet the same run-to-run noise (common random numbers).
+    A resumed run keeps its slot's seed. Without a loop seed, or outside a loop's runs, none is
+    set and train.py draws its own."""
+    runs = store.state_dir / "runs"
+    if config.policy.seed is None or not run_dir.is_relative_to(runs):
+        return {}
+    slot = run_dir.relative_to(runs).as_posix()
+    digest = hashlib.sha256(f"{config.policy.seed}:{slot}".encode()).digest()
+    return {"GITRESEARCH_SEED": str(int.from_bytes(digest[:4], "big") >> 1)}  # 0 .. 2**31 - 1
+
+
 def run_commit(store: Store, config: Config, commit: str, run_dir: Path,
                on_progress: Callable | None = None, stop_event: threading.Event | None = None,
                should_stop: Callable | None = None, env_extra: dict | None = None) -> RunResult:
     """Check `commit` out into a fresh folder, train it there, then (where the config names an
     evaluator) evaluate its artifact over a fresh checkout of the frozen files alone."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    env_extra = {**(env_extra or {}), **run_seed_env(store, config, run_dir)}
     with store.worktree(commit, exclude=config.files.hidden) as work:
         compile_cache = store.state_dir / "compile-cache"
         compile_cache.mkdir(exist_ok=True)

@@ -116,7 +116,10 @@ def main() -> int:
         predicted.update(zip(gp["outputs"], gp_mean(gp, x)))
     fractions = model["fractions"]
     curve = [predicted[f"curve@{f:g}"] for f in fractions]
-    rng = random.Random()  # fresh noise every run, as a real run's
+    # fresh noise every run, as a real run's; a loop with --seed gives each run its own seed,
+    # the same for the same run in another loop with that seed (common random numbers)
+    seed = os.environ.get("GITRESEARCH_SEED")
+    rng = random.Random(int(seed) if seed else None)
     z = rng.gauss(0, 1)  # one draw per run: a lucky run is lower along its whole curve
     noise = model["noise"]
     steps = max(1, round(math.exp(predicted["log_steps"])))

@@ -102,6 +102,28 @@ def test_a_gym_loop_is_judged_by_the_real_runner_check_by_check(tmp_path):
             assert len(times) == 9
 
 
+def test_loops_with_one_seed_meet_the_same_noise_run_for_run(tmp_path):
+    """Common random numbers: a loop's --seed seeds every run (GITRESEARCH_SEED, one per run
+    slot), so two loops on one seed draw the same noise for the same slot, whatever their
+    policies propose; within a loop every run draws its own."""
+    def loop(name: str, seed: int, *settings: str) -> list[dict]:
+        repo = tmp_path / name
+        cli("init", "--template", "gym", str(repo), cwd=tmp_path)
+        cli("loop", "--policy", "random", "--seed", str(seed), "--max-experiments", "8", *settings, cwd=repo)
+        return [e.record for e in reversed(Store(repo).experiments())]
+
+    first, again = loop("first", 3), loop("again", 3)
+    other_policy = loop("momentum", 3, "--set", "policy.random_momentum=1")
+    other_seed = loop("other", 4)
+    noise = first[0]["noise_runs"]
+    assert len(set(noise)) == len(noise) == 5  # each baseline run its own draw
+    assert [r.get("val_bpb") for r in again] == [r.get("val_bpb") for r in first]
+    assert [r["status"] for r in again] == [r["status"] for r in first]
+    assert other_policy[0]["noise_runs"] == noise
+    assert [r["description"] for r in other_policy[1:]] != [r["description"] for r in first[1:]]
+    assert not set(other_seed[0]["noise_runs"]) & set(noise)
+
+
 def test_summary_medians_and_experiments_to_random_final():
     def run(bests, step=30.0):
         return {"best": bests, "compute": [step * (i + 1) for i in range(len(bests))], "statuses": ["keep"] * len(bests)}
