@@ -10,6 +10,12 @@ pooled by seed (a seed run twice is an error). Printed, and written as JSON to -
   both arms; the area under its best-so-far curve over n), each arm's median and mean, and the
   one-sided Mann-Whitney p that A's is lower: the figure of an arm that gets there sooner,
   where both end level;
+- with --paired (`by_seed`), the loops paired by seed (the arms share their noise where the loops
+  ran with common random numbers: docs/runner.md, GITRESEARCH_SEED): per seed, how many
+  experiments the two loops share from the start (the same diff, status and best), A's best
+  after n minus B's and A's anytime figure minus B's (n: the shortest loop of the shared
+  seeds); for both gaps their mean, median, the seeds where A is ahead and the one-sided p
+  that A is lower by a paired t-test and by Wilcoxon's signed-rank test;
 - with --snapshots SNAP_A SNAP_B (research_snapshot.py's files for the same loops; each arm's
   loops are those of the policy of its first source; an arm whose seeds sit in several
   snapshots names them with --a-snapshot / --b-snapshot, repeatable) and seeds in both arms, the paired
@@ -43,20 +49,25 @@ def split_source(source: str) -> tuple[str, str]:
     return path, policy
 
 
-def best_curves(sources: list[str]) -> dict[int, list[float]]:
-    """seed -> best so far after the baseline and after each experiment, pooled over FILE:POLICY
-    sources."""
-    curves: dict[int, list[float]] = {}
+def load_runs(sources: list[str]) -> dict[int, dict]:
+    """seed -> the bench's run (best so far, statuses, diffs, ... per experiment, the baseline
+    first), pooled over FILE:POLICY sources."""
+    found: dict[int, dict] = {}
     for source in sources:
         path, policy = split_source(source)
         runs = json.loads(Path(path).read_text())["runs"]
         if policy not in runs:
             raise SystemExit(f"{path} has no runs of {policy!r} (it has {', '.join(runs)})")
         for run in runs[policy]:
-            if run["seed"] in curves:
+            if run["seed"] in found:
                 raise SystemExit(f"seed {run['seed']} is in two sources of one arm ({source})")
-            curves[run["seed"]] = run["best"]
-    return curves
+            found[run["seed"]] = run
+    return found
+
+
+def best_curves(sources: list[str]) -> dict[int, list[float]]:
+    """seed -> best so far after the baseline and after each experiment."""
+    return {seed: run["best"] for seed, run in load_runs(sources).items()}
 
 
 def finals(curves: dict[int, list[float]]) -> dict[int, float]:
@@ -81,6 +92,48 @@ def anytime(curves_a: dict[int, list[float]], curves_b: dict[int, list[float]]) 
                for arm, values in zip("ab", means)}
     return {"experiments": n, **figures,
             "p": round(float(stats.mannwhitneyu(means[0], means[1], alternative="less").pvalue), 4)}
+
+
+def same_start(run_a: dict, run_b: dict) -> int:
+    """How many experiments after the baseline two loops share from the start (the same diff,
+    status and best so far each): with common random numbers, an rl arm and its prior share
+    every experiment before the first update."""
+    keys = ("diffs", "statuses", "best")
+    n = min(len(run_a["best"]), len(run_b["best"]))
+    same = next((i for i in range(n) if any(run_a[k][i] != run_b[k][i] for k in keys)), n)
+    return max(0, same - 1)
+
+
+def paired_test(gaps: list[float]) -> dict:
+    """A's figure minus B's per seed (below 0: A ahead): mean, median, seeds where A is ahead,
+    and the one-sided p that A is lower, by a paired t-test and by Wilcoxon's signed-rank test."""
+    result = {"mean": round(statistics.mean(gaps), 4), "median": round(statistics.median(gaps), 4),
+              "a_ahead": sum(g < 0 for g in gaps), "seeds": len(gaps)}
+    if len(gaps) < 2 or not any(gaps):  # no spread or no sign: nothing to test
+        return {**result, "t_p": None, "wilcoxon_p": None}
+    return {**result, "t_p": round(float(stats.ttest_1samp(gaps, 0.0, alternative="less").pvalue), 4),
+            "wilcoxon_p": round(float(stats.wilcoxon(gaps, alternative="less").pvalue), 4)}
+
+
+def paired_seeds(runs_a: dict[int, dict], runs_b: dict[int, dict]) -> dict:
+    """The two arms loop by loop on the seeds both ran (common random numbers make the pairs
+    share their noise): per seed the experiments they share from the start and A's best after
+    n minus B's and A's anytime figure minus B's (n: the shortest loop of those seeds), then the
+    paired tests of both."""
+    seeds = sorted(set(runs_a) & set(runs_b))
+    if not seeds:
+        raise SystemExit("--paired: the arms share no seed")
+    n = min(len(runs[s]["best"]) for runs in (runs_a, runs_b) for s in seeds) - 1
+    if n < 1:
+        raise SystemExit("--paired needs at least one experiment after the baseline in every loop")
+    rows = []
+    for seed in seeds:
+        a, b = runs_a[seed]["best"][:n + 1], runs_b[seed]["best"][:n + 1]
+        rows.append({"seed": seed, "same_start": same_start(runs_a[seed], runs_b[seed]),
+                     "final_gap": round(a[-1] - b[-1], 4),
+                     "anytime_gap": round(float(np.mean(a[1:]) - np.mean(b[1:])), 4)})
+    return {"experiments": n, "per_seed": rows, "final": paired_test([r["final_gap"] for r in rows]),
+            "anytime": paired_test([r["anytime_gap"] for r in rows])}
 
 
 def summary(bests: dict[int, float]) -> dict:
@@ -145,9 +198,12 @@ def main() -> None:
     parser.add_argument("--snapshots", nargs=2, metavar=("SNAP_A", "SNAP_B"), default=[])
     parser.add_argument("--a-snapshot", action="append", default=[], help="a snapshot of arm A's loops (repeatable)")
     parser.add_argument("--b-snapshot", action="append", default=[], help="a snapshot of arm B's loops (repeatable)")
+    parser.add_argument("--paired", action="store_true", help="also pair the loops by seed")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    curves_a, curves_b = best_curves(args.a), best_curves(args.b)
+    runs_a, runs_b = load_runs(args.a), load_runs(args.b)
+    curves_a = {seed: run["best"] for seed, run in runs_a.items()}
+    curves_b = {seed: run["best"] for seed, run in runs_b.items()}
     best_a, best_b = finals(curves_a), finals(curves_b)
     result = {"schema": 1, "a": {"name": args.a_name, "sources": args.a, **summary(best_a)},
               "b": {"name": args.b_name, "sources": args.b, **summary(best_b)},
@@ -163,6 +219,17 @@ def main() -> None:
     print(f"best so far averaged over experiments 1-{area['experiments']}: {args.a_name} median {area['a']['median']}, "
           f"mean {area['a']['mean']}; {args.b_name} median {area['b']['median']}, mean {area['b']['mean']}; "
           f"{args.a_name} lower (one-sided Mann-Whitney): p = {area['p']}")
+    if args.paired:
+        pairs = result["by_seed"] = paired_seeds(runs_a, runs_b)
+        print(f"paired by seed, {args.a_name} minus {args.b_name} (below 0: {args.a_name} ahead), "
+              f"over experiments 1-{pairs['experiments']}:")
+        for row in pairs["per_seed"]:
+            print(f"  seed {row['seed']}: best {row['final_gap']:+.4f}, anytime {row['anytime_gap']:+.4f}, "
+                  f"the same first {row['same_start']} experiments")
+        for key, label in (("final", "best after the last"), ("anytime", "anytime")):
+            t = pairs[key]
+            print(f"  {label}: mean {t['mean']:+.4f}, median {t['median']:+.4f}, {args.a_name} ahead on "
+                  f"{t['a_ahead']}/{t['seeds']}; one-sided paired t p = {t['t_p']}, Wilcoxon p = {t['wilcoxon_p']}")
     snap_a, snap_b = args.a_snapshot + args.snapshots[:1], args.b_snapshot + args.snapshots[1:]
     if bool(snap_a) != bool(snap_b):
         raise SystemExit("the paired figures need snapshots of both arms")

@@ -108,3 +108,43 @@ def test_anytime_scores_the_arm_that_gets_there_sooner_over_the_shortest_loop():
     assert compare_arms.anytime(sooner, cut)["experiments"] == 1
     with pytest.raises(SystemExit, match="at least one experiment"):
         compare_arms.anytime(sooner, {0: [2.5]})
+
+
+def loop_run(seed, best, diffs, statuses=None):
+    """A bench run: best so far, diff ids and statuses per experiment, the baseline first."""
+    return {"seed": seed, "best": best, "diffs": [None, *diffs],
+            "statuses": ["baseline", *(statuses or ["discard"] * len(diffs))]}
+
+
+def test_paired_by_seed_sees_a_gap_that_the_spread_between_seeds_hides():
+    # seeds far apart (level 1.70 .. 1.90), A 0.010-0.018 lower than B on each seed
+    levels = {seed: 1.70 + 0.05 * seed for seed in range(5)}
+    runs_a = {s: loop_run(s, [2.5, 2.0, 2.0, level - 0.01 - 0.002 * s], ["x", "y", f"a{s}"]) for s, level in levels.items()}
+    runs_b = {s: loop_run(s, [2.5, 2.0, 2.0, level], ["x", "y", f"b{s}"]) for s, level in levels.items()}
+    runs_b[9] = loop_run(9, [2.5, 2.0, 1.0, 1.0], ["x", "y", "z"])  # a seed A lacks: not paired
+    pairs = compare_arms.paired_seeds(runs_a, runs_b)
+    assert [r["seed"] for r in pairs["per_seed"]] == [0, 1, 2, 3, 4]
+    assert [r["final_gap"] for r in pairs["per_seed"]] == [-0.01, -0.012, -0.014, -0.016, -0.018]
+    assert [r["same_start"] for r in pairs["per_seed"]] == [2] * 5  # x then y, then the arms part
+    assert pairs["per_seed"][0]["anytime_gap"] == pytest.approx(-0.01 / 3, abs=1e-4)
+    assert pairs["final"]["a_ahead"] == 5 and pairs["final"]["wilcoxon_p"] == pytest.approx(1 / 32, abs=1e-3)
+    assert pairs["final"]["t_p"] < 0.001  # a steady gap: the paired t is sure of it
+    finals_a = [r["best"][-1] for r in runs_a.values()]
+    finals_b = [r["best"][-1] for s, r in runs_b.items() if s != 9]
+    assert compare_arms.stats.mannwhitneyu(finals_a, finals_b, alternative="less").pvalue > 0.3  # unpaired: hidden
+    swapped = compare_arms.paired_seeds(runs_b, runs_a)
+    assert swapped["final"]["t_p"] > 0.99 and swapped["final"]["a_ahead"] == 0
+
+
+def test_paired_by_seed_truncates_to_the_shortest_loop_and_reads_where_the_loops_part():
+    runs_a = {0: loop_run(0, [2.5, 2.4, 2.2, 1.9], ["x", "y", "z"]), 1: loop_run(1, [2.5, 2.3, 2.3], ["x", "q"])}
+    runs_b = {0: loop_run(0, [2.5, 2.4, 2.3, 2.3], ["x", "y", "w"], ["discard", "keep", "discard"]),
+              1: loop_run(1, [2.5, 2.3, 2.3], ["x", "q"])}
+    pairs = compare_arms.paired_seeds(runs_a, runs_b)
+    assert pairs["experiments"] == 2  # seed 1 ran 2: seed 0's third experiment is not compared
+    assert [r["final_gap"] for r in pairs["per_seed"]] == [-0.1, 0.0]
+    assert [r["same_start"] for r in pairs["per_seed"]] == [1, 2]  # seed 0: y's status differs
+    level = compare_arms.paired_seeds({1: runs_a[1]}, {1: runs_b[1]})
+    assert level["final"]["t_p"] is None and level["final"]["a_ahead"] == 0  # no gap: nothing to test
+    with pytest.raises(SystemExit, match="share no seed"):
+        compare_arms.paired_seeds({0: runs_a[0]}, {1: runs_b[1]})
