@@ -303,23 +303,26 @@ class EarlyStop:
         self.loss_stopped: list[tuple[tuple, tuple]] = []
 
     def past_runs(self):
-        """(run dir, final) of every run at the current budget, in the order they ran (the race
-        needs it): the final of those that trained their whole budget, None for early-stopped."""
+        """(run dir, final, stopped at) of every run at the current budget, in the order they
+        ran (the race needs it): the final of those that trained their whole budget, None for
+        early-stopped; `stopped at`: an early-stopped run's time of the check that stopped it
+        (None where its note has no checks)."""
         budget = self.config.run.budget_s
         for exp in reversed(self.store.experiments()):
             rec = exp.record or {}
             if rec.get("budget_s") != budget:
                 continue
             if rec.get("status") == "early_stop":
-                yield self.run_dir(exp.number), None
+                stops = [c.get("t") for c in rec.get("checks") or [] if c.get("decision") in ("stop", "diverged")]
+                yield self.run_dir(exp.number), None, stops[0] if stops else None
             elif rec.get("status") not in FINISHED:
                 continue
             elif exp.number == 0:
                 finals = rec.get("noise_runs") or []
                 for i, final in zip(rec.get("noise_run_dirs") or range(len(finals)), finals):
-                    yield self.run_dir(0) / f"noise-{i}", final
+                    yield self.run_dir(0) / f"noise-{i}", final, None
             elif rec.get("val_bpb") is not None:
-                yield self.run_dir(exp.number), rec["val_bpb"]
+                yield self.run_dir(exp.number), rec["val_bpb"], None
 
     def monitor(self, noise: float | None = None) -> Watch | None:
         """The early stop of the next run (a Watch: metric points, else the progress lines'
@@ -329,13 +332,16 @@ class EarlyStop:
         if not es.enabled:
             return None
         name = self.config.metric.name
-        for run_dir, final in self.past_runs():
+        for run_dir, final, stopped_at in self.past_runs():
             metrics_file = run_dir / "metrics.jsonl"
             if str(run_dir) in self.seen or not metrics_file.exists():
                 continue
+            # a stopped run is known up to its stop: the points it wrote before the kill landed
+            # depend on the machine's load, and would make the field differ from run to run
             points = [p for p in metrics.parse_metric_lines(metrics_file.read_text(errors="replace"))
                       if not p.get("final") and isinstance(p.get(name), (int, float))
-                      and isinstance(p.get("t"), (int, float))]
+                      and isinstance(p.get("t"), (int, float))
+                      and (stopped_at is None or p["t"] <= stopped_at)]
             self.seen.add(str(run_dir))
             times, values = tuple(p["t"] for p in points), tuple(p[name] for p in points)
             if points and final is None:

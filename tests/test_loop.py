@@ -242,13 +242,21 @@ def test_early_stop_in_the_loop(tmp_path, rule):
     # the next monitor knows every finished run's curve and every stopped run's, up to its stop
     from gitresearch.earlystop import EarlyStop
 
+    stopped = [r for r in records(repo) if r["status"] == "early_stop"]
+    stops = []
+    for record in stopped:  # points written after the stop, before the kill landed (a loaded machine)
+        stop = next(c["t"] for c in store.read_note(record["commit"])["checks"] if c["decision"] == "stop")
+        stops.append(stop)
+        with open(store.state_dir / "runs" / f"{record['experiment']:06d}" / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"t": stop + 0.01, "step": 999, "val_bpb": 9.0}) + "\n")
     early_stop = EarlyStop(store, load(repo), lambda n: store.state_dir / "runs" / f"{n:06d}")
     early_stop.monitor()
-    stopped = [r for r in records(repo) if r["status"] == "early_stop"]
     finished = [r for r in records(repo) if r["status"] in ("keep", "discard")]
     assert len(early_stop.race.stopped) == len(stopped) >= 2
     assert len(early_stop.calibration.runs) == len(finished) + 2  # + the baseline's two runs
-    assert all(ts[-1] < 1.0 for ts, _ in early_stop.race.stopped)  # cut at the stop, before the 1 s budget
+    # each stopped run's curve is cut at the check that stopped it, whatever came after
+    assert sorted(ts[-1] for ts, _ in early_stop.race.stopped) == sorted(stops)
+    assert all(stop < 1.0 for stop in stops)  # before the 1 s budget
     from gitresearch.history import history_window
 
     window = {w.description: w for w in history_window(store, store.experiments(), 32)}
