@@ -112,7 +112,7 @@ class PolicyConfig:
     min_move_factor: float = 0.0  # a diff whose largest move of a positive constant is under x this is invalid; 0: off
     repair_stale_lines: bool = True  # a removed `NAME = value` line with a stale value is read as the file's
     system_prompt: str = ""  # file with a system prompt replacing the built-in one
-    seed: int | None = None  # random, optuna (and rl, unless [rl] seed) policies' seed; None: fresh entropy
+    seed: int | None = None  # random, optuna (and rl, unless [rl] seed) policies' seed, and each run's GITRESEARCH_SEED; None: fresh entropy
     skip_constants: tuple[str, ...] = ()  # constants the random and optuna policies leave alone
     random_min_factor: float = 1.0  # random policy: every factor at least this far from 1 (x or /, within x3); 1: off
     random_momentum: float = 0.0  # random policy: after a keep, the chance to repeat its steps (moves `again`); 0: off
