@@ -13,18 +13,22 @@ from .config import Config
 from .gitstore import Store
 from .runner import RunResult, run_evaluation, run_training
 
+
 def run_seed_env(store: Store, config: Config, run_dir: Path) -> dict:
     """GITRESEARCH_SEED for a loop's run when the loop has a seed ([policy] seed, `--seed`):
     a hash of that seed and the run's slot (its folder under the state's runs/: experiment 12's
     screen run, its second confirmation pair's candidate, baseline run 3). Every run of a loop
     gets its own seed, and two loops with the same seed give the same slot the same seed, so
     two policies compared on one seed meet the same run-to-run noise (common random numbers).
-    A resumed run keeps its slot's seed. Without a loop seed, or outside a loop's runs, none is
-    set and train.py draws its own."""
+    A resumed run keeps its slot's seed. Without a loop seed, or outside an experiment's runs
+    (`verify`'s re-runs, which must be fresh each time it is asked, bisect's, `run`'s), none
+    is set and train.py draws its own."""
     runs = store.state_dir / "runs"
     if config.policy.seed is None or not run_dir.is_relative_to(runs):
         return {}
     slot = run_dir.relative_to(runs).as_posix()
+    if not slot.split("/")[0].isdigit():  # not under an experiment's number
+        return {}
     digest = hashlib.sha256(f"{config.policy.seed}:{slot}".encode()).digest()
     return {"GITRESEARCH_SEED": str(int.from_bytes(digest[:4], "big") >> 1)}  # 0 .. 2**31 - 1
 

@@ -124,6 +124,29 @@ def test_loops_with_one_seed_meet_the_same_noise_run_for_run(tmp_path):
     assert not set(other_seed[0]["noise_runs"]) & set(noise)
 
 
+def test_a_run_seed_is_set_only_for_an_experiments_runs_of_a_seeded_loop(tmp_path):
+    from dataclasses import replace
+
+    from gitresearch.config import load
+    from gitresearch.trial import run_seed_env
+
+    repo = tmp_path / "gym"
+    cli("init", "--template", "gym", str(repo), cwd=tmp_path)
+    store, config = Store(repo), load(repo)
+    seeded = replace(config, policy=replace(config.policy, seed=7))
+    runs = store.state_dir / "runs"
+    slots = [runs / "000000" / "noise-0", runs / "000000" / "noise-1", runs / "000012",
+             runs / "000012" / "confirm-1-candidate", runs / "000012" / "confirm-1-best", runs / "000013"]
+    seeds = [run_seed_env(store, seeded, slot)["GITRESEARCH_SEED"] for slot in slots]
+    assert len(set(seeds)) == len(slots) and all(0 <= int(s) < 2 ** 31 for s in seeds)
+    assert [run_seed_env(store, seeded, slot)["GITRESEARCH_SEED"] for slot in slots] == seeds  # stable
+    other = replace(config, policy=replace(config.policy, seed=8))
+    assert run_seed_env(store, other, slots[2]) != run_seed_env(store, seeded, slots[2])
+    assert run_seed_env(store, config, slots[2]) == {}  # no loop seed
+    assert run_seed_env(store, seeded, runs / "verify" / "abc123-1-candidate") == {}  # fresh each verify
+    assert run_seed_env(store, seeded, tmp_path / "elsewhere") == {}  # bisect's, `run`'s
+
+
 def test_summary_medians_and_experiments_to_random_final():
     def run(bests, step=30.0):
         return {"best": bests, "compute": [step * (i + 1) for i in range(len(bests))], "statuses": ["keep"] * len(bests)}
