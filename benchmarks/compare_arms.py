@@ -65,9 +65,9 @@ def load_runs(sources: list[str]) -> dict[int, dict]:
     return found
 
 
-def best_curves(sources: list[str]) -> dict[int, list[float]]:
+def best_curves(runs: dict[int, dict]) -> dict[int, list[float]]:
     """seed -> best so far after the baseline and after each experiment."""
-    return {seed: run["best"] for seed, run in load_runs(sources).items()}
+    return {seed: run["best"] for seed, run in runs.items()}
 
 
 def finals(curves: dict[int, list[float]]) -> dict[int, float]:
@@ -76,7 +76,12 @@ def finals(curves: dict[int, list[float]]) -> dict[int, float]:
 
 
 def final_bests(sources: list[str]) -> dict[int, float]:
-    return finals(best_curves(sources))
+    return finals(best_curves(load_runs(sources)))
+
+
+def anytime_mean(curve: list[float], n: int) -> float:
+    """The best so far averaged over experiments 1..n (the baseline left out)."""
+    return float(np.mean(curve[1:n + 1]))
 
 
 def anytime(curves_a: dict[int, list[float]], curves_b: dict[int, list[float]]) -> dict:
@@ -87,7 +92,7 @@ def anytime(curves_a: dict[int, list[float]], curves_b: dict[int, list[float]]) 
     n = min(len(curve) for curve in [*curves_a.values(), *curves_b.values()]) - 1
     if n < 1:
         raise SystemExit("the anytime figure needs at least one experiment after the baseline in every loop")
-    means = [[float(np.mean(curve[1:n + 1])) for curve in curves.values()] for curves in (curves_a, curves_b)]
+    means = [[anytime_mean(curve, n) for curve in curves.values()] for curves in (curves_a, curves_b)]
     figures = {arm: {"median": round(statistics.median(values), 4), "mean": round(statistics.mean(values), 4)}
                for arm, values in zip("ab", means)}
     return {"experiments": n, **figures,
@@ -128,10 +133,10 @@ def paired_seeds(runs_a: dict[int, dict], runs_b: dict[int, dict]) -> dict:
         raise SystemExit("--paired needs at least one experiment after the baseline in every loop")
     rows = []
     for seed in seeds:
-        a, b = runs_a[seed]["best"][:n + 1], runs_b[seed]["best"][:n + 1]
+        a, b = runs_a[seed]["best"], runs_b[seed]["best"]
         rows.append({"seed": seed, "same_start": same_start(runs_a[seed], runs_b[seed]),
-                     "final_gap": round(a[-1] - b[-1], 4),
-                     "anytime_gap": round(float(np.mean(a[1:]) - np.mean(b[1:])), 4)})
+                     "final_gap": round(a[n] - b[n], 4),
+                     "anytime_gap": round(anytime_mean(a, n) - anytime_mean(b, n), 4)})
     return {"experiments": n, "per_seed": rows, "final": paired_test([r["final_gap"] for r in rows]),
             "anytime": paired_test([r["anytime_gap"] for r in rows])}
 
@@ -202,8 +207,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     runs_a, runs_b = load_runs(args.a), load_runs(args.b)
-    curves_a = {seed: run["best"] for seed, run in runs_a.items()}
-    curves_b = {seed: run["best"] for seed, run in runs_b.items()}
+    curves_a, curves_b = best_curves(runs_a), best_curves(runs_b)
     best_a, best_b = finals(curves_a), finals(curves_b)
     result = {"schema": 1, "a": {"name": args.a_name, "sources": args.a, **summary(best_a)},
               "b": {"name": args.b_name, "sources": args.b, **summary(best_b)},

@@ -26,10 +26,10 @@ def run_seed_env(store: Store, config: Config, run_dir: Path) -> dict:
     runs = store.state_dir / "runs"
     if config.policy.seed is None or not run_dir.is_relative_to(runs):
         return {}
-    slot = run_dir.relative_to(runs).as_posix()
-    if not slot.split("/")[0].isdigit():  # not under an experiment's number
+    slot = run_dir.relative_to(runs)
+    if not slot.parts or not slot.parts[0].isdigit():  # not under an experiment's number
         return {}
-    digest = hashlib.sha256(f"{config.policy.seed}:{slot}".encode()).digest()
+    digest = hashlib.sha256(f"{config.policy.seed}:{slot.as_posix()}".encode()).digest()
     return {"GITRESEARCH_SEED": str(int.from_bytes(digest[:4], "big") >> 1)}  # 0 .. 2**31 - 1
 
 

@@ -147,8 +147,7 @@ def shows_now(driver, url: str, store: Store) -> bool:
     A row count alone can match an intermediate state (the experiment's commit before its
     note, or the note before `best` moves); the next render then replaces the rows that a
     click is about to use."""
-    with urllib.request.urlopen(url + "/api/state", timeout=10) as response:
-        token = json.loads(response.read())["token"]
+    token = json.loads(request(url + "/api/state")[1])["token"]
     return (driver.execute_script("return document.body.dataset.token") == token
             and len(table_rows(driver)) == len(store.experiments()))
 
