@@ -15,7 +15,8 @@ pooled by seed (a seed run twice is an error). Printed, and written as JSON to -
   experiments the two loops share from the start (the same diff, status and best), A's best
   after n minus B's and A's anytime figure minus B's (n: the shortest loop of the shared
   seeds); for both gaps their mean, median, the seeds where A is ahead and the one-sided p
-  that A is lower by a paired t-test and by Wilcoxon's signed-rank test;
+  that A is lower by a paired t-test and by Wilcoxon's signed-rank test, and the one-sided 95 %
+  upper bound on A's mean lead;
 - with --snapshots SNAP_A SNAP_B (research_snapshot.py's files for the same loops; each arm's
   loops are those of the policy of its first source; an arm whose seeds sit in several
   snapshots names them with --a-snapshot / --b-snapshot, repeatable) and seeds in both arms, the paired
@@ -84,14 +85,21 @@ def anytime_mean(curve: list[float], n: int) -> float:
     return float(np.mean(curve[1:n + 1]))
 
 
+def shortest_loop(curves: list[list[float]], figure: str) -> int:
+    """The experiments every loop ran (its curve holds the baseline first); `figure` names what
+    needs at least one."""
+    n = min(len(curve) for curve in curves) - 1
+    if n < 1:
+        raise SystemExit(f"{figure} needs at least one experiment after the baseline in every loop")
+    return n
+
+
 def anytime(curves_a: dict[int, list[float]], curves_b: dict[int, list[float]]) -> dict:
     """The best so far averaged over experiments 1..n, n the shortest loop of both arms (the
     area under the best-so-far curve over n): a policy that gets there sooner scores lower even
     where both end level. Per arm its median and mean, and the one-sided Mann-Whitney p that
     A's is lower."""
-    n = min(len(curve) for curve in [*curves_a.values(), *curves_b.values()]) - 1
-    if n < 1:
-        raise SystemExit("the anytime figure needs at least one experiment after the baseline in every loop")
+    n = shortest_loop([*curves_a.values(), *curves_b.values()], "the anytime figure")
     means = [[anytime_mean(curve, n) for curve in curves.values()] for curves in (curves_a, curves_b)]
     figures = {arm: {"median": round(statistics.median(values), 4), "mean": round(statistics.mean(values), 4)}
                for arm, values in zip("ab", means)}
@@ -111,13 +119,17 @@ def same_start(run_a: dict, run_b: dict) -> int:
 
 def paired_test(gaps: list[float]) -> dict:
     """A's figure minus B's per seed (below 0: A ahead): mean, median, seeds where A is ahead,
-    and the one-sided p that A is lower, by a paired t-test and by Wilcoxon's signed-rank test."""
+    the one-sided p that A is lower, by a paired t-test and by Wilcoxon's signed-rank test, and
+    `lead_bound`, the one-sided 95 % upper confidence bound (t) on A's mean lead (B minus A): the
+    largest gain a null result leaves open."""
     result = {"mean": round(statistics.mean(gaps), 4), "median": round(statistics.median(gaps), 4),
               "a_ahead": sum(g < 0 for g in gaps), "seeds": len(gaps)}
     if len(gaps) < 2 or not any(gaps):  # no spread or no sign: nothing to test
-        return {**result, "t_p": None, "wilcoxon_p": None}
+        return {**result, "t_p": None, "wilcoxon_p": None, "lead_bound": None}
+    lead = stats.ttest_1samp([-g for g in gaps], 0.0).confidence_interval(0.90).high  # two-sided 90 %: one-sided 95 %
     return {**result, "t_p": round(float(stats.ttest_1samp(gaps, 0.0, alternative="less").pvalue), 4),
-            "wilcoxon_p": round(float(stats.wilcoxon(gaps, alternative="less").pvalue), 4)}
+            "wilcoxon_p": round(float(stats.wilcoxon(gaps, alternative="less").pvalue), 4),
+            "lead_bound": round(float(lead), 4)}
 
 
 def paired_seeds(runs_a: dict[int, dict], runs_b: dict[int, dict]) -> dict:
@@ -128,9 +140,7 @@ def paired_seeds(runs_a: dict[int, dict], runs_b: dict[int, dict]) -> dict:
     seeds = sorted(set(runs_a) & set(runs_b))
     if not seeds:
         raise SystemExit("--paired: the arms share no seed")
-    n = min(len(runs[s]["best"]) for runs in (runs_a, runs_b) for s in seeds) - 1
-    if n < 1:
-        raise SystemExit("--paired needs at least one experiment after the baseline in every loop")
+    n = shortest_loop([runs[s]["best"] for runs in (runs_a, runs_b) for s in seeds], "--paired")
     rows = []
     for seed in seeds:
         a, b = runs_a[seed]["best"], runs_b[seed]["best"]
@@ -233,7 +243,8 @@ def main() -> None:
         for key, label in (("final", "best after the last"), ("anytime", "anytime")):
             t = pairs[key]
             print(f"  {label}: mean {t['mean']:+.4f}, median {t['median']:+.4f}, {args.a_name} ahead on "
-                  f"{t['a_ahead']}/{t['seeds']}; one-sided paired t p = {t['t_p']}, Wilcoxon p = {t['wilcoxon_p']}")
+                  f"{t['a_ahead']}/{t['seeds']}; one-sided paired t p = {t['t_p']}, Wilcoxon p = {t['wilcoxon_p']}; "
+                  f"A's lead under {t['lead_bound']} (one-sided 95 %)")
     snap_a, snap_b = args.a_snapshot + args.snapshots[:1], args.b_snapshot + args.snapshots[1:]
     if bool(snap_a) != bool(snap_b):
         raise SystemExit("the paired figures need snapshots of both arms")

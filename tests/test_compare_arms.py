@@ -129,6 +129,8 @@ def test_paired_by_seed_sees_a_gap_that_the_spread_between_seeds_hides():
     assert pairs["per_seed"][0]["anytime_gap"] == pytest.approx(-0.01 / 3, abs=1e-4)
     assert pairs["final"]["a_ahead"] == 5 and pairs["final"]["wilcoxon_p"] == pytest.approx(1 / 32, abs=1e-3)
     assert pairs["final"]["t_p"] < 0.001  # a steady gap: the paired t is sure of it
+    # leads 0.010 .. 0.018: mean 0.014, sd 0.00316 over 5 seeds, t(0.95, 4) = 2.1318
+    assert pairs["final"]["lead_bound"] == pytest.approx(0.014 + 2.1318 * 0.0031623 / 5 ** 0.5, abs=1e-4)
     finals_a = [r["best"][-1] for r in runs_a.values()]
     finals_b = [r["best"][-1] for s, r in runs_b.items() if s != 9]
     assert compare_arms.stats.mannwhitneyu(finals_a, finals_b, alternative="less").pvalue > 0.3  # unpaired: hidden
@@ -145,6 +147,7 @@ def test_paired_by_seed_truncates_to_the_shortest_loop_and_reads_where_the_loops
     assert [r["final_gap"] for r in pairs["per_seed"]] == [-0.1, 0.0]
     assert [r["same_start"] for r in pairs["per_seed"]] == [1, 2]  # seed 0: y's status differs
     level = compare_arms.paired_seeds({1: runs_a[1]}, {1: runs_b[1]})
-    assert level["final"]["t_p"] is None and level["final"]["a_ahead"] == 0  # no gap: nothing to test
+    assert level["final"]["t_p"] is None and level["final"]["lead_bound"] is None  # no gap: nothing to test
+    assert level["final"]["a_ahead"] == 0
     with pytest.raises(SystemExit, match="share no seed"):
         compare_arms.paired_seeds({0: runs_a[0]}, {1: runs_b[1]})
