@@ -182,6 +182,7 @@ class RLConfig:
     # experiments before the first update: the first updates otherwise learn from a handful of
     # episodes scaled by statistics of a handful of rewards (the gym: PPO fell behind its prior there)
     update_after: int = 0
+    update_until: int = 0  # no update after this many experiments (the adapters stay as learned); 0: no end
     replay_size: int = 32  # the newest episodes an update learns from
     max_staleness: int = 2  # drop episodes generated more than this many versions ago
     seed: int | None = None  # sampling seed; None: [policy] seed (loop --seed), else fresh entropy

@@ -51,7 +51,7 @@ class CountingLearner:
         pass
 
 
-def test_no_update_before_update_after_then_every_update_every(tmp_path):
+def test_updates_every_update_every_from_update_after_to_update_until(tmp_path):
     from dataclasses import replace
     from gitresearch.config import load
     from gitresearch.policies.rl import RLPolicy
@@ -68,3 +68,9 @@ def test_no_update_before_update_after_then_every_update_every(tmp_path):
     for number in range(1, 5):
         policy.observe({"experiment": number, "reward": {"total": 1.0}})
     assert learner.updated_after == [2, 4]
+    learner = CountingLearner()
+    policy = RLPolicy(replace(config, rl=replace(config.rl, update_until=8)), Store(repo), learner=learner)
+    for number in range(1, 13):
+        policy.observe({"experiment": number, "reward": {"total": 1.0}})
+    assert learner.updated_after == [6, 8]  # none after 8 experiments: the adapters stay as learned
+    assert learner.experiments == 12

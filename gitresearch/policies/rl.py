@@ -58,13 +58,16 @@ class RLPolicy:
 
     def observe(self, record: dict) -> None:
         """The finished experiment: its reward goes to the sample that proposed it; every
-        `update_every` experiments from `update_after` on, a PPO update."""
+        `update_every` experiments from `update_after` on, and up to `update_until` where set,
+        a PPO update."""
         if self.pending is not None:
             self.learner.add(self.pending, (record.get("reward") or {}).get("total", 0.0), record.get("experiment"))
             self.pending = None
         self.learner.experiments += 1
         rl = self.config.rl
-        if self.learner.experiments >= rl.update_after and self.learner.experiments % max(1, rl.update_every) == 0:
+        learning = rl.update_after <= self.learner.experiments and (rl.update_until <= 0
+                                                                    or self.learner.experiments <= rl.update_until)
+        if learning and self.learner.experiments % max(1, rl.update_every) == 0:
             stats = self.learner.update()
             if stats:
                 with open(self.state_dir / "updates.jsonl", "a") as log:
