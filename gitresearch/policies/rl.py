@@ -64,10 +64,9 @@ class RLPolicy:
             self.learner.add(self.pending, (record.get("reward") or {}).get("total", 0.0), record.get("experiment"))
             self.pending = None
         self.learner.experiments += 1
-        rl = self.config.rl
-        learning = rl.update_after <= self.learner.experiments and (rl.update_until <= 0
-                                                                    or self.learner.experiments <= rl.update_until)
-        if learning and self.learner.experiments % max(1, rl.update_every) == 0:
+        rl, done = self.config.rl, self.learner.experiments
+        learning = rl.update_after <= done and (rl.update_until <= 0 or done <= rl.update_until)
+        if learning and done % max(1, rl.update_every) == 0:
             stats = self.learner.update()
             if stats:
                 with open(self.state_dir / "updates.jsonl", "a") as log:
