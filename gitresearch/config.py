@@ -185,7 +185,7 @@ class RLConfig:
     update_until: int = 0  # no update after this many experiments (the adapters stay as learned); 0: no end
     replay_size: int = 32  # the newest episodes an update learns from
     max_staleness: int = 2  # drop episodes generated more than this many versions ago
-    seed: int | None = None  # sampling seed; None: [policy] seed (loop --seed), else fresh entropy
+    seed: int | None = None  # sampling and adapter-init seed; None: [policy] seed (loop --seed), else fresh entropy
     logit_chunk: int = 64  # reply positions per chunk of the log-softmax and entropy
     gradient_checkpointing: bool = True  # recompute the model's activations in the backward pass
     optimizer: str = "adamw"  # adamw (torch) | adamw8bit | paged_adamw8bit | paged_adamw (bitsandbytes)

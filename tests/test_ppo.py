@@ -16,12 +16,12 @@ def model(tmp_path_factory):
     return str(tiny_model(tmp_path_factory.mktemp("tiny") / "model", positions=256))
 
 
-def learner(model, state_dir=None, **rl):
+def learner(model, state_dir=None, seed=None, **rl):
     settings = dict(lora_r=8, lora_alpha=16.0, learning_rate=1e-2, ppo_epochs=2, update_every=1,
                     target_modules=("c_attn", "c_proj", "c_fc"))
     settings.update(rl)
     return PPOLearner(model, RLConfig(**settings), LLMConfig(max_tokens=12, temperature=1.0, device="cpu"),
-                      state_dir)
+                      state_dir, seed=seed)
 
 
 def test_before_any_update_ratio_is_one_and_kl_is_zero(model):
@@ -57,6 +57,31 @@ def test_update_moves_the_log_prob_with_the_reward(model, reward, direction):
     with torch.no_grad():
         after = float(ppo.score([episode])[0][0].sum())
     assert (after - before) * direction > 0.05
+
+
+def test_one_seed_gives_the_same_init_and_updates_whatever_the_global_generator(model):
+    """LoRA's A matrices are drawn at random (B starts at zero, so no sample shows them until
+    an update): with one seed two learners agree through their updates and the samples after
+    them, even where torch's global generator stood elsewhere when each was built."""
+    runs = []
+    for global_state in (1, 2):
+        torch.manual_seed(global_state)  # what other code left in the global generator
+        ppo = learner(model, seed=11)
+        for i, reward in enumerate((1.0, -1.0, 0.5)):
+            ppo.add(ppo.generate(MESSAGES, seed=i)[1], reward)
+        ppo.update()
+        ppo.add(ppo.generate(MESSAGES, seed=5)[1], 2.0)
+        ppo.update()
+        runs.append((ppo, ppo.generate(MESSAGES, seed=6)[1]))
+    (first, after_first), (second, after_second) = runs
+    trained = dict(first.model.named_parameters())
+    assert all(torch.equal(trained[name], p) for name, p in second.model.named_parameters() if p.requires_grad)
+    assert any("lora_B" in name and p.abs().sum() > 0 for name, p in second.model.named_parameters())  # it learned
+    assert after_first.response_ids == after_second.response_ids and after_first.logprobs == after_second.logprobs
+    other = learner(model, seed=12)
+    a_matrices = [(name, p) for name, p in other.model.named_parameters() if "lora_A" in name]
+    fresh = learner(model, seed=11)
+    assert any(not torch.equal(p, dict(fresh.model.named_parameters())[name]) for name, p in a_matrices)
 
 
 def first_digit_reward(text: str) -> float:

@@ -1,6 +1,8 @@
 """`gitresearch loop --policy rl` end to end: a tiny random LM proposes, PPO updates happen,
 notes carry rewards and policy versions, and a later loop resumes the learner's state."""
 import json
+import shutil
+from pathlib import Path
 
 from gitresearch.gitstore import Store
 from helpers import cli, make_repo
@@ -13,6 +15,7 @@ RL_CONFIG = ('[policy]\nmax_tries = 2\n[llm]\nmax_tokens = 16\ncontext_tokens = 
 def test_rl_loop_updates_records_and_resumes(tmp_path):
     model = tiny_model(tmp_path / "model")
     repo = make_repo(tmp_path / "repo", config=RL_CONFIG)
+    twin = Path(shutil.copytree(repo, tmp_path / "twin"))  # the same baseline commit, for a second run
     cli("init", cwd=repo)
     out = cli("loop", "--policy", "rl", "--model", str(model), "--max-experiments", "4", cwd=repo).stdout
     assert "stopped: reached 4 experiments" in out
@@ -31,6 +34,11 @@ def test_rl_loop_updates_records_and_resumes(tmp_path):
         "schema": 3, "version": 2, "experiments": 4, "updates": 2}
     assert counters["kl_coef"] == 0.05  # [rl] kl_target 0: fixed
     assert counters["reward_stats"]["count"] == 8 and counters["reward_stats"]["mean"] == -12.0
+    # the same loop on the same seed ([rl] seed 7) and repo learns the same adapters: the init is seeded too
+    cli("init", cwd=twin)
+    cli("loop", "--policy", "rl", "--model", str(model), "--max-experiments", "4", cwd=twin)
+    adapter = Path("adapter", "adapter_model.safetensors")
+    assert (twin / ".git" / "gitresearch" / "rl" / adapter).read_bytes() == (state / adapter).read_bytes()
     # a new loop resumes the learner: version 2 proposes the next experiment
     cli("loop", "--policy", "rl", "--model", str(model), "--max-experiments", "5", cwd=repo)
     newest = Store(repo).experiments()[0].record

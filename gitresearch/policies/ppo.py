@@ -138,7 +138,12 @@ class OutOfMemory(RuntimeError):
 
 
 class PPOLearner:
-    def __init__(self, model: str, rl: RLConfig, llm: LLMConfig, state_dir: Path | None = None):
+    def __init__(self, model: str, rl: RLConfig, llm: LLMConfig, state_dir: Path | None = None,
+                 seed: int | None = None):
+        """`seed` draws the LoRA adapters' random init (peft's A matrices; B starts at zero);
+        None draws it from torch's global generator as it stands. Two learners built with one
+        seed, fed the same episodes, make the same updates: unseeded, the first update's
+        gradient (through A) differed from run to run though every sample before it agreed."""
         import peft
         from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as LORA_TARGETS
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -162,7 +167,10 @@ class PPOLearner:
                 base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
             else:
                 base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.model = peft.get_peft_model(base, lora).to(self.device)
+        with torch.random.fork_rng(devices=[]):  # the caller's generator stream is left as it was
+            if seed is not None:
+                torch.manual_seed(seed)
+            self.model = peft.get_peft_model(base, lora).to(self.device)
         self.model.eval()  # no dropout; gradients still flow
         hidden = self.model.config.hidden_size if hasattr(self.model.config, "hidden_size") else self.model.config.n_embd
         self.value_head = torch.nn.Linear(hidden, 1).to(self.device)

@@ -31,10 +31,11 @@ class RLPolicy:
         self.state_dir = store.state_dir / "rl"
         if learner is None and not config.llm.model:
             raise PolicyError("the rl policy needs a local model: --model PATH_OR_HUB_ID ([llm] model)")
-        self.learner = learner or PPOLearner(config.llm.model, config.rl, config.llm, self.state_dir)
-        self.system = load_system_prompt(store.root, config.policy.system_prompt)
-        # [rl] seed, else the loop's --seed ([policy] seed), so bench research's seeds differ
+        # [rl] seed, else the loop's --seed ([policy] seed), so bench research's seeds differ;
+        # it seeds the adapters' init and every sample, so one setting's runs are the same
         self.seed = config.rl.seed if config.rl.seed is not None else config.policy.seed
+        self.learner = learner or PPOLearner(config.llm.model, config.rl, config.llm, self.state_dir, seed=self.seed)
+        self.system = load_system_prompt(store.root, config.policy.system_prompt)
         self.rng = random.Random(self.seed)
         self.pending = None  # the episode of the last sample, waiting for its reward
 
