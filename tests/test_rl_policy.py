@@ -1,5 +1,6 @@
 """`gitresearch loop --policy rl` end to end: a tiny random LM proposes, PPO updates happen,
-notes carry rewards and policy versions, and a later loop resumes the learner's state."""
+notes carry rewards and policy versions, a later loop resumes the learner's state, and a
+second loop on the same repo and seed learns the same adapters."""
 import json
 import shutil
 from pathlib import Path
