@@ -15,8 +15,10 @@ reads them: `largest_moves`), the experiments right after a keep and how many of
 its steps (`repeats`: the same constants, each by the same step within 3 %, as moves.steps_of
 states them: the momentum `pretrain-policy --momentum` teaches), per number of constants a
 valid experiment moved (1, 2, 3, "4+"; `by_constants_moved`) its experiments, keeps and the
-sum of the keeps' gains over their parent's metric; for rl loops, every PPO update's KL, mean k3
-penalty, raw advantage std, entropy, clip fraction and share of decision tokens ([rl]
+sum of the keeps' gains over their parent's metric; per window of 50 the constant the most
+valid experiments moved and the share of the window's constant-moving valid experiments that
+moved it (`top_constant`: how far a loop narrows onto one constant); for rl loops, every PPO
+update's KL, mean k3 penalty, raw advantage std, entropy, clip fraction and share of decision tokens ([rl]
 token_share; with [rl] kl_target also the sampled KL and kl_coef), the reasons of the invalid
 experiments, the errors of every failed try (valid experiments' earlier tries included) and,
 per window of 50, the share of experiments whose first try was valid and the number whose
@@ -96,10 +98,9 @@ def by_constants_moved(store: Store, exps: list, seen: dict) -> dict:
     sum of the keeps' improvements over their parent (parent_<metric> - <metric>)."""
     out = {}
     for e in exps:
-        if e.record["status"] in ("invalid", None) or not (parent := store.parent_of(e.commit)):
+        if e.record["status"] in ("invalid", None) or not store.parent_of(e.commit):
             continue
-        old, new = values(store, parent, seen), values(store, e.commit, seen)
-        n = sum(name in new and new[name] != value for name, value in old.items())
+        n = len(moved_names(store, e, seen))
         row = out.setdefault(str(n) if n < 4 else "4+", {"experiments": 0, "keeps": 0, "gain": 0.0})
         row["experiments"] += 1
         if e.record["status"] == "keep":
@@ -107,6 +108,26 @@ def by_constants_moved(store: Store, exps: list, seen: dict) -> dict:
             row["keeps"] += 1
             row["gain"] = round(row["gain"] + e.record[f"parent_{metric}"] - e.record[metric], 6)
     return dict(sorted(out.items()))
+
+
+def moved_names(store: Store, exp, seen: dict) -> set[str]:
+    """The constants a valid experiment's commit changed (none for an invalid one)."""
+    if (exp.record or {}).get("status") in ("invalid", None) or not (parent := store.parent_of(exp.commit)):
+        return set()
+    old, new = values(store, parent, seen), values(store, exp.commit, seen)
+    return {name for name, value in old.items() if name in new and new[name] != value}
+
+
+def top_constant(store: Store, exps: list, seen: dict) -> list[dict]:
+    """Per window of 50: the most-moved constant and its share of the window's valid
+    experiments that moved a constant (of tied constants, the one moved first)."""
+    out = []
+    for i in range(0, len(exps), 50):
+        moved = [n for n in (moved_names(store, e, seen) for e in exps[i:i + 50]) if n]
+        counts = Counter(name for names in moved for name in sorted(names))
+        name, count = counts.most_common(1)[0] if counts else (None, 0)
+        out.append({"name": name, "share": round(count / len(moved), 3) if moved else None})
+    return out
 
 
 def repeats(store: Store, exps: list) -> dict:
@@ -137,6 +158,7 @@ for repo in sorted(root.iterdir()):
     entry["largest_moves"] = largest_moves(store, exps[1:], seen)
     entry["repeats"] = repeats(store, exps)
     entry["by_constants_moved"] = by_constants_moved(store, exps[1:], seen)
+    entry["top_constant"] = top_constant(store, exps[1:], seen)
     capped = [sum("max_move_factor" in a["error"] for a in r.get("attempts") or []) for r in recs[1:]]
     entry["capped_tries"] = [sum(capped[i:i + 50]) for i in range(0, len(capped), 50)]  # refused by the cap
     entry["avoided"] = [len(crashed_constants(store, exps[i:0:-1])) for i in range(50, len(exps), 50)]

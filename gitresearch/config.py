@@ -135,6 +135,9 @@ class RewardConfig:
     time_weight: float = 0.2  # x share of the budget the run trained for
     memory_weight: float = 0.1  # x relative peak memory above the baseline's
     novelty_epsilon: float = 0.1  # x (1 - max Jaccard similarity to the window's diffs)
+    # lines: novelty is that alone; constants: also x (1 - the mean share of the window's
+    # constant-moving diffs that move each constant this diff moves), so narrowing costs
+    novelty: str = "lines"
     # a failed experiment scores -penalty - its time share, below any valid run (whose floor is
     # -improvement_weight x loss_weight x improvement_clip - 1); load() refuses penalties that break the order
     invalid_penalty: float = 12.0
@@ -150,6 +153,7 @@ PROMPTS = ("full", "compact")  # [llm] prompt: what the policy's model reads (po
 REPLIES = ("diff", "moves")  # [llm] reply: the form the compact prompt asks for (policies/moves.py)
 OPTIMIZERS = ("adamw", "adamw8bit", "paged_adamw8bit", "paged_adamw")
 PAID_GAINS = ("all", "keeps")  # [reward] paid_gains: whose gain over its parent is paid (reward.py)
+NOVELTY_FORMS = ("lines", "constants")  # [reward] novelty: what the novelty term measures (reward.py)
 KL_MODES = ("loss", "reward")  # [rl] kl_mode: where the penalty to the reference acts (policies/ppo.py)
 
 
@@ -388,6 +392,9 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
     reward_config = sections["reward"]
     if not 0 <= reward_config.loss_weight <= 1:
         raise ConfigError(f"{path} [reward] loss_weight = {reward_config.loss_weight!r}: expected a weight in [0, 1]")
+    if reward_config.novelty not in NOVELTY_FORMS:
+        raise ConfigError(f"{path} [reward] novelty = {reward_config.novelty!r}: expected one of "
+                          f"{', '.join(NOVELTY_FORMS)}")
     if reward_config.paid_gains not in PAID_GAINS:
         raise ConfigError(f"{path} [reward] paid_gains = {reward_config.paid_gains!r}: expected one of "
                           f"{', '.join(PAID_GAINS)}")

@@ -320,7 +320,8 @@ class Loop(Judge):
             self.claims.claim(number)
         if outcome.repairs:
             data["repaired_lines"] = outcome.repairs
-        data["novelty"] = round(novelty(outcome.diff, [e.diff for e in state.history]), 6)
+        earlier = [e.diff for e in state.history]
+        data["novelty"] = round(novelty(outcome.diff, earlier, self.config.reward.novelty), 6)
         return number, commit, base, description, {**data, "diff_sha": diff_sha(outcome.diff)}
 
     def reserve(self, number: int, commit: str) -> bool:

@@ -10,7 +10,11 @@
                   (at an equal metric a faster or lighter run scores higher, and a loser stopped
                   early costs less than one that ran its whole budget)
     novelty     = epsilon * (1 - max Jaccard(changed lines, changed lines of each earlier diff
-                  in the history window)); changed lines are the diff's +/- lines, stripped
+                  in the history window)); changed lines are the diff's +/- lines, stripped;
+                  with novelty = "constants" times (1 - the mean, over the UPPER_CASE
+                  constants the diff assigns, of the share of the window's constant-moving
+                  diffs that assign the same constant): a new value on the constant the
+                  window keeps moving is paid less than one on a constant it left alone
     penalty     = invalid_penalty | crash_penalty | timeout_penalty by status, else 0
                   (an invalid experiment lost to the model endpoint carries no penalty)
 
@@ -22,6 +26,7 @@ cheap way out of a bad result (config.load refuses penalties that break this ord
 from __future__ import annotations
 
 import math
+import re
 
 from .config import RewardConfig
 
@@ -34,9 +39,19 @@ def changed_lines(diff: str) -> frozenset[str]:
                      if line[:1] in "+-" and not line.startswith(("+++", "---")) and line[1:].strip())
 
 
-def novelty(diff: str, earlier: list[str]) -> float:
+ASSIGNED = re.compile(r"([A-Z][A-Z0-9_]*)\s*(?::[^=]*)?=(?!=)")  # NAME = ..., NAME: type = ...
+
+
+def constants_assigned(diff: str) -> frozenset[str]:
+    """The UPPER_CASE names the diff's changed lines assign."""
+    return frozenset(m.group(1) for line in changed_lines(diff) if (m := ASSIGNED.match(line)))
+
+
+def novelty(diff: str, earlier: list[str], form: str = "lines") -> float:
     """1 - the highest Jaccard similarity between this diff's changed lines and an earlier
-    diff's; 1 when nothing earlier shares a line, 0 for a repeat."""
+    diff's; 1 when nothing earlier shares a line, 0 for a repeat. form "constants" also
+    multiplies by 1 - the mean share of the earlier constant-moving diffs that assign each
+    constant this diff assigns (unchanged where this diff or no earlier one assigns one)."""
     mine = changed_lines(diff)
     if not mine:
         return 0.0
@@ -45,7 +60,12 @@ def novelty(diff: str, earlier: list[str]) -> float:
         theirs = changed_lines(other)
         if theirs:
             best = max(best, len(mine & theirs) / len(mine | theirs))
-    return 1.0 - best
+    factor = 1.0
+    names = constants_assigned(diff)
+    moved = [n for n in map(constants_assigned, earlier) if n]
+    if form == "constants" and names and moved:
+        factor = 1.0 - sum(sum(name in n for n in moved) / len(moved) for name in names) / len(names)
+    return (1.0 - best) * factor
 
 
 def reward(record: dict, baseline: dict, config: RewardConfig) -> dict:

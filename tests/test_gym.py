@@ -16,6 +16,7 @@ import pytest
 from gitresearch import research_bench
 from gitresearch.gitstore import Store
 from gitresearch.resources import resource
+from gitresearch.reward import constants_assigned, novelty
 from helpers import cli
 
 GYM = resource("gym")
@@ -199,12 +200,25 @@ def test_compute_charges_what_the_loop_spent():
 def test_bench_research_end_to_end(tmp_path):
     loops = tmp_path / "loops"  # --workdir: the loops' repos are kept
     result = research_bench.bench_research(["random", "optuna-tpe"], experiments=8, seeds=2, parallel=2,
-                                           workdir=loops, settings=("reward.novelty_epsilon=0",))
-    assert set(result["policies"]) == {"random", "optuna-tpe"} and result["settings"] == ["reward.novelty_epsilon=0"]
+                                           workdir=loops, settings=("reward.novelty_epsilon=0", "reward.novelty=constants"))
+    assert set(result["policies"]) == {"random", "optuna-tpe"}
+    assert result["settings"] == ["reward.novelty_epsilon=0", "reward.novelty=constants"]
     # --set reaches every loop: the diffs were novel, the reward paid nothing for it
     records = [e.record for repo in loops.iterdir() for e in Store(repo).experiments() if e.record.get("diff_sha")]
     assert len(records) == 32 and any(r["novelty"] > 0 for r in records)
     assert all(r["reward"]["novelty"] == 0 for r in records)
+    # ... and the novelty each note stores is the constants form over the experiments before it
+    # (random's diffs are short enough for the history window to show them whole)
+    narrowed = 0
+    for repo in loops.glob("random-*"):
+        store = Store(repo)
+        exps = [e for e in reversed(store.experiments()) if e.number > 0]
+        diffs = [e.record.get("rejected_diff") or store.diff_of(e.commit) for e in exps]
+        for i, e in enumerate(exps):
+            if e.record.get("diff_sha"):
+                assert e.record["novelty"] == pytest.approx(novelty(diffs[i], diffs[:i], "constants"), abs=1e-6)
+                narrowed += novelty(diffs[i], diffs[:i], "constants") < novelty(diffs[i], diffs[:i]) - 1e-6
+    assert narrowed > 0  # a constant moved again was paid less than the lines form pays
     for policy, runs in result["runs"].items():
         assert len(runs) == 2
         for r in runs:
@@ -238,6 +252,16 @@ def test_bench_research_end_to_end(tmp_path):
     # (an int rounded to its alignment or divisor may land just beyond)
     moves = snap["random-seed0"]["moves"][0]
     assert 0 < moves["median_abs_log"] <= math.log(3) and moves["beyond_factor_3"] <= 0.25
+    # the most-moved constant per window, read off the commits' values, agrees with the diffs'
+    # assignments (ADAM_BETAS[0] is a line ADAM_BETAS = ...)
+    for name, got in snap.items():
+        store = Store(loops / name)
+        moved = [constants_assigned(store.diff_of(e.commit)) for e in store.experiments()
+                 if e.number > 0 and e.record["status"] != "invalid"]
+        moved = [m for m in moved if m]
+        top = got["top_constant"][0]
+        assert top["share"] * len(moved) == pytest.approx(sum(top["name"].split("[")[0] in m for m in moved), abs=0.01)
+        assert top["share"] * len(moved) == pytest.approx(max(sum(n in m for m in moved) for n in set().union(*moved)), abs=0.01)
 
 
 def test_first_seed_adds_seeds_without_repeating_an_earlier_runs_loops(tmp_path):

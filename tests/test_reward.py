@@ -65,6 +65,34 @@ def test_novelty_is_one_minus_the_closest_jaccard():
     assert novelty(c, [a, b]) == 1.0
 
 
+def test_constants_novelty_pays_less_for_the_constant_the_window_keeps_moving():
+    lr = lambda old, new: f"--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-LR = {old}\n+LR = {new}\n"  # noqa: E731
+    depth = "--- a/t.py\n+++ b/t.py\n@@ -2 +2 @@\n-DEPTH = 4\n+DEPTH = 6\n"
+    both = "--- a/t.py\n+++ b/t.py\n@@ -1,2 +1,2 @@\n-LR = 0.1\n-DEPTH = 4\n+LR = 0.7\n+DEPTH: int = 8\n"
+    prose = "--- a/t.py\n+++ b/t.py\n@@ -9 +9 @@\n-x = f(y)\n+x = g(y)\n"
+    window = [lr(0.1, 0.2), lr(0.1, 0.3), depth, prose]  # 3 diffs move a constant; 2 of them LR
+    new_lr = lr(0.1, 0.5)
+    lines = novelty(new_lr, window)
+    assert lines == pytest.approx(2 / 3)  # shares "LR = 0.1"; the lines form sees no narrowing
+    assert novelty(new_lr, window, "constants") == pytest.approx(lines * (1 - 2 / 3))
+    assert novelty(new_lr, [depth, prose], "constants") == 1.0  # the window moved DEPTH, never LR
+    # two constants: the mean of their shares (LR 2/3, DEPTH 1/3); "DEPTH: int = 8" is an assignment too
+    assert novelty(both, window, "constants") == pytest.approx(novelty(both, window) * (1 - (2 / 3 + 1 / 3) / 2))
+    # no constant in the diff, or none in the window: the lines form's figure
+    assert novelty(prose.replace("g(y)", "h(y)"), window, "constants") == novelty(prose.replace("g(y)", "h(y)"), window)
+    assert novelty(new_lr, [prose], "constants") == novelty(new_lr, [prose]) == 1.0
+    assert novelty(new_lr, [new_lr], "constants") == 0.0  # a repeat stays worth nothing
+    assert novelty("LR == 0.1", window, "constants") == 0.0  # not a diff: no changed line
+
+
+def test_novelty_form_must_be_known(tmp_path):
+    (tmp_path / "gitresearch.toml").write_text('[reward]\nnovelty = "tokens"\n')
+    with pytest.raises(ConfigError, match=r"novelty = 'tokens': expected one of lines, constants"):
+        load(tmp_path)
+    (tmp_path / "gitresearch.toml").write_text('[reward]\nnovelty = "constants"\n')
+    assert load(tmp_path).reward.novelty == "constants"
+
+
 @pytest.mark.parametrize("loss_weight", [1.0, 0.25, 0.0])
 def test_every_failure_scores_below_every_valid_run(loss_weight):
     """The order the RL policy relies on: no invalid, crashed or timed-out experiment scores
