@@ -17,10 +17,10 @@ states them: the momentum `pretrain-policy --momentum` teaches), per number of c
 valid experiment moved (1, 2, 3, "4+"; `by_constants_moved`) its experiments, keeps and the
 sum of the keeps' gains over their parent's metric; per window of 50 the constant the most
 valid experiments moved and the share of the window's constant-moving valid experiments that
-moved it (`top_constant`: how far a loop narrows onto one constant); for rl loops, every PPO
-update's KL, mean k3 penalty, raw advantage std, entropy, clip fraction and share of decision tokens ([rl]
-token_share; with [rl] kl_target also the sampled KL and kl_coef), the reasons of the invalid
-experiments, the errors of every failed try (valid experiments' earlier tries included) and,
+moved it (`top_constant`: how far a loop narrows onto one constant); for rl loops, every
+PPO update's KL, mean k3 penalty, raw advantage std, entropy, clip fraction and share of
+decision tokens ([rl] token_share; with [rl] kl_target also the sampled KL and kl_coef), the
+reasons of the invalid experiments, the errors of every failed try (valid experiments' earlier tries included) and,
 per window of 50, the share of experiments whose first try was valid and the number whose
 diff applied only after the stale-line repair ([policy] repair_stale_lines).
 
