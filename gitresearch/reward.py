@@ -61,10 +61,9 @@ def novelty(diff: str, earlier: list[str], form: str = "lines") -> float:
         if theirs:
             best = max(best, len(mine & theirs) / len(mine | theirs))
     factor = 1.0
-    names = constants_assigned(diff)
-    moved = [n for n in map(constants_assigned, earlier) if n]
-    if form == "constants" and names and moved:
-        factor = 1.0 - sum(sum(name in n for n in moved) / len(moved) for name in names) / len(names)
+    if form == "constants" and (names := constants_assigned(diff)):
+        if moved := [n for n in map(constants_assigned, earlier) if n]:
+            factor = 1.0 - sum(sum(name in n for n in moved) / len(moved) for name in names) / len(names)
     return (1.0 - best) * factor
 
 
