@@ -42,9 +42,14 @@ def changed_lines(diff: str) -> frozenset[str]:
 ASSIGNED = re.compile(r"([A-Z][A-Z0-9_]*)\s*(?::[^=]*)?=(?!=)")  # NAME = ..., NAME: type = ...
 
 
+def assigned(lines: frozenset[str]) -> frozenset[str]:
+    """The UPPER_CASE names that changed lines assign."""
+    return frozenset(m.group(1) for line in lines if (m := ASSIGNED.match(line)))
+
+
 def constants_assigned(diff: str) -> frozenset[str]:
     """The UPPER_CASE names the diff's changed lines assign."""
-    return frozenset(m.group(1) for line in changed_lines(diff) if (m := ASSIGNED.match(line)))
+    return assigned(changed_lines(diff))
 
 
 def novelty(diff: str, earlier: list[str], form: str = "lines") -> float:
@@ -55,14 +60,11 @@ def novelty(diff: str, earlier: list[str], form: str = "lines") -> float:
     mine = changed_lines(diff)
     if not mine:
         return 0.0
-    best = 0.0
-    for other in earlier:
-        theirs = changed_lines(other)
-        if theirs:
-            best = max(best, len(mine & theirs) / len(mine | theirs))
+    theirs = [lines for lines in map(changed_lines, earlier) if lines]
+    best = max((len(mine & lines) / len(mine | lines) for lines in theirs), default=0.0)
     factor = 1.0
-    if form == "constants" and (names := constants_assigned(diff)):
-        if moved := [n for n in map(constants_assigned, earlier) if n]:
+    if form == "constants" and (names := assigned(mine)):
+        if moved := [n for n in map(assigned, theirs) if n]:
             factor = 1.0 - sum(sum(name in n for n in moved) / len(moved) for name in names) / len(names)
     return (1.0 - best) * factor
 
