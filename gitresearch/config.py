@@ -187,6 +187,9 @@ class RLConfig:
     # episodes scaled by statistics of a handful of rewards (the gym: PPO fell behind its prior there)
     update_after: int = 0
     update_until: int = 0  # no update after this many experiments (the adapters stay as learned); 0: no end
+    # share of proposals sampled from the frozen prior (adapters off), drawn per proposal; they are
+    # learned from with the prior as their behaviour policy, and left out of the KL controller's drift
+    prior_share: float = 0.0
     replay_size: int = 32  # the newest episodes an update learns from
     max_staleness: int = 2  # drop episodes generated more than this many versions ago
     seed: int | None = None  # sampling and adapter-init seed; None: [policy] seed (loop --seed), else fresh entropy
@@ -387,6 +390,8 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
     if not 0 <= sections["rl"].kl_coef_min <= sections["rl"].kl_coef_max:
         raise ConfigError(f"{path} [rl] kl_coef_min = {sections['rl'].kl_coef_min!r}: expected between 0 "
                           f"and kl_coef_max ({sections['rl'].kl_coef_max!r})")
+    if not 0 <= sections["rl"].prior_share <= 1:
+        raise ConfigError(f"{path} [rl] prior_share = {sections['rl'].prior_share!r}: expected a share in [0, 1]")
     if not 0 < sections["rl"].token_share <= 1:
         raise ConfigError(f"{path} [rl] token_share = {sections['rl'].token_share!r}: expected a share in (0, 1]")
     reward_config = sections["reward"]

@@ -37,6 +37,8 @@ def test_the_named_flags_win_over_set_and_set_wins_over_the_file(tmp_path):
     ({"rl.kl_mode": "both"}, "kl_mode = 'both': expected one of loss, reward"),
     ({"rl.token_share": 0.0}, r"token_share = 0.0: expected a share in \(0, 1\]"),
     ({"rl.token_share": 1.5}, "token_share = 1.5"),
+    ({"rl.prior_share": 1.5}, r"prior_share = 1.5: expected a share in \[0, 1\]"),
+    ({"rl.prior_share": -0.1}, "prior_share = -0.1"),
     ({"policy.max_move_factor": 1.0}, r"max_move_factor = 1.0: expected a factor above 1, or 0 \(off\)"),
     ({"policy.max_move_factor": -3.0}, "max_move_factor = -3.0"),
     ({"policy.min_move_factor": 0.9}, r"min_move_factor = 0.9: expected a factor above 1"),

@@ -506,3 +506,31 @@ def test_gradient_checkpointing_changes_the_time_not_the_update(model):
         torch.testing.assert_close(weight, without[name], rtol=1e-5, atol=1e-6)
         moved |= "lora_B" in name and weight.abs().sum() > 0  # lora_B starts at 0: the update moved it
     assert moved
+
+
+def test_a_prior_sample_is_the_references_and_learned_from_as_such(model):
+    """generate(prior=True) samples with the adapters off: after an update moved them, it draws
+    what an un-updated learner draws from one seed, its behaviour log-probs are the reference's
+    (so the update's ratio is adapted over prior), and the KL controller leaves it out."""
+    ppo = learner(model, seed=3, ppo_epochs=1, replay_size=1, kl_target=0.02, kl_coef=0.1, kl_horizon=1)
+    fresh = learner(model, seed=3)
+    _, episode = ppo.generate(MESSAGES, seed=5)
+    ppo.add(episode, 1.0)
+    ppo.update()
+    ppo.kl_coef = 0.1
+    _, moved = ppo.generate(MESSAGES, seed=6)
+    assert moved.logprobs != moved.ref_logprobs and not moved.prior  # the adapters moved
+    _, prior = ppo.generate(MESSAGES, seed=6, prior=True)
+    _, unmoved = fresh.generate(MESSAGES, seed=6)
+    assert prior.prior and prior.response_ids == unmoved.response_ids
+    assert prior.logprobs == prior.ref_logprobs and prior.ref_logprobs == pytest.approx(unmoved.logprobs, abs=1e-5)
+    with torch.no_grad():
+        adapted = ppo.score([prior])[0][0]
+    ppo.add(prior, 1.0)
+    stats = ppo.update()
+    assert stats["ratio"] == pytest.approx(float(torch.exp(adapted - torch.tensor(prior.ref_logprobs)).mean()), rel=1e-4)
+    assert "sampled_kl" not in stats and ppo.kl_coef == 0.1  # a prior sample measured no drift
+    own = ppo.generate(MESSAGES, seed=7)[1]
+    ppo.add(own, 1.0)
+    drift = (sum(own.logprobs) - sum(own.ref_logprobs)) / len(own.logprobs)
+    assert drift != 0 and ppo.update()["sampled_kl"] == pytest.approx(drift)  # the policy's own sample did

@@ -83,3 +83,52 @@ def test_updates_every_update_every_from_update_after_to_update_until(tmp_path):
         policy.observe({"experiment": number, "reward": {"total": 1.0}})
     assert learner.updated_after == [6, 8]  # none after 8 experiments: the adapters stay as learned
     assert learner.experiments == 12
+
+
+class SourceLearner(CountingLearner):
+    """Records which distribution each proposal was sampled from, and the sample seeds."""
+    version, context_tokens, reply_tokens = 0, 4096, 64
+
+    def __init__(self):
+        super().__init__()
+        self.sources, self.seeds = [], []
+
+    def count_tokens(self, text):
+        return len(text) // 4
+
+    def generate(self, messages, seed=None, prior=False):
+        from gitresearch.policies.ppo import Episode
+        self.sources.append(prior)
+        self.seeds.append(seed)
+        return "no diff here", Episode([1], [2], [0.0], [0.0], [0.0], 0, prior=prior)
+
+    def add(self, episode, reward, experiment=None):
+        pass
+
+
+def test_prior_share_draws_the_sampler_per_proposal_and_leaves_the_sample_seeds(tmp_path):
+    from dataclasses import replace
+    import pytest
+    from gitresearch.config import load
+    from gitresearch.policies import InvalidReply, State
+    from gitresearch.policies.rl import RLPolicy
+    repo = make_repo(tmp_path / "repo", config=RL_CONFIG)
+    config = load(repo)
+    state = State("0" * 40, {"train.py": "LR = 0.1\n"}, [], [], config)
+
+    def proposals(share):
+        learner = SourceLearner()
+        policy = RLPolicy(replace(config, rl=replace(config.rl, prior_share=share)), Store(repo), learner=learner)
+        flags = []
+        for _ in range(200):
+            with pytest.raises(InvalidReply) as err:
+                policy.propose(state)
+            flags.append(err.value.data["sampled_from_prior"])
+        assert flags == learner.sources  # the note says which it was
+        return learner
+
+    never, always, half = proposals(0.0), proposals(1.0), proposals(0.3)
+    assert not any(never.sources) and all(always.sources)
+    assert 40 <= sum(half.sources) <= 80  # 60 expected of 200 at 0.3
+    assert half.seeds == never.seeds == always.seeds  # the draws do not move the sample seeds
+    assert proposals(0.3).sources == half.sources  # seeded by [rl] seed

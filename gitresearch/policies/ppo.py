@@ -2,6 +2,7 @@
 episodes, the update, sampling and saved state (docs/policies.md)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -25,6 +26,7 @@ class Episode:
     values: list[float]  # value estimates, at generation
     version: int  # policy version that generated it
     reward: float | None = None
+    prior: bool = False  # sampled from the reference (adapters off): `logprobs` are the reference's
     experiment: int | None = None
     stats: dict = field(default_factory=dict)
 
@@ -204,13 +206,16 @@ class PPOLearner:
     def render(self, messages: list[dict]) -> str:
         return render_chat(self.tokenizer, messages)
 
-    def generate(self, messages: list[dict], seed: int | None = None) -> tuple[str, Episode]:
-        """Sample a reply and score it (behaviour and reference log-probs, values) at once."""
+    def generate(self, messages: list[dict], seed: int | None = None, prior: bool = False) -> tuple[str, Episode]:
+        """Sample a reply and score it (behaviour and reference log-probs, values) at once.
+        `prior`: sample from the reference (adapters off); the behaviour log-probs are then the
+        reference's, so the update's ratio is the adapted policy's over the prior's."""
         prompt_ids = self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"]
         if seed is not None:
             torch.manual_seed(seed)
         inputs = torch.tensor([prompt_ids], device=self.device)
-        with torch.no_grad():  # sample from exactly the distribution `score` evaluates
+        sampler = self.model.disable_adapter() if prior else contextlib.nullcontext()
+        with torch.no_grad(), sampler:  # sample from exactly the distribution `score` evaluates
             out = self.model.generate(input_ids=inputs, attention_mask=torch.ones_like(inputs),
                                       generation_config=self.sampling_config())
         response = out[0, len(prompt_ids):].tolist()
@@ -218,12 +223,14 @@ class PPOLearner:
             response = response[:response.index(self.eos) + 1]
         if not response:
             response = [self.eos if self.eos is not None else self.pad]
-        episode = Episode(prompt_ids, response, [], [], [], self.version)
+        episode = Episode(prompt_ids, response, [], [], [], self.version, prior=prior)
         with torch.no_grad():
             logprobs, values, _ = self.score([episode])
             with self.model.disable_adapter():
                 ref, _, _ = self.score([episode])
         episode.logprobs, episode.values, episode.ref_logprobs = logprobs[0].tolist(), values[0].tolist(), ref[0].tolist()
+        if prior:
+            episode.logprobs = list(episode.ref_logprobs)
         text = self.tokenizer.decode([t for t in response if t != self.eos], skip_special_tokens=True)
         return text, episode
 
@@ -317,9 +324,10 @@ class PPOLearner:
         kl_coef grows when the episodes sampled since the last update drifted from the reference
         by more than kl_target nats per token, and shrinks when they drifted less, by at most
         20 % per kl_horizon episodes, within [kl_coef_min, kl_coef_max]. The drift is measured
-        on the policy's own samples (behaviour minus reference log-probs, stored at generation)."""
+        on the policy's own samples (behaviour minus reference log-probs, stored at generation);
+        those sampled from the prior (`prior_share`) drifted by nothing and are left out."""
         rl = self.rl
-        fresh = [e for e in self.episodes if e.version == self.version and e.reward is not None]
+        fresh = [e for e in self.episodes if e.version == self.version and e.reward is not None and not e.prior]
         tokens = sum(len(e.logprobs) for e in fresh)
         if rl.kl_target <= 0 or not tokens:
             return {}

@@ -7,7 +7,8 @@ experiments' rewards (docs/policies.md).
 It shares the prompt builder and the reply parsing with the LLM policy, and the loop's
 validation and retry path. Every sample is an episode: a try that fails validation gets the
 invalid penalty as its reward at once (the loop then asks again, with the error in the
-prompt); the proposal that ran gets the reward of its note. Every `update_every`
+prompt); the proposal that ran gets the reward of its note. With [rl] prior_share set, each
+proposal is sampled from the frozen prior (adapters off) with that probability. Every `update_every`
 experiments the learner runs a PPO update and saves its state under
 <git dir>/gitresearch/rl/, from which a later `loop --policy rl` resumes. Each note's
 policy_data records the policy version (updates so far) that proposed it.
@@ -37,6 +38,9 @@ class RLPolicy:
         self.learner = learner or PPOLearner(config.llm.model, config.rl, config.llm, self.state_dir, seed=self.seed)
         self.system = load_system_prompt(store.root, config.policy.system_prompt)
         self.rng = random.Random(self.seed)
+        # its own stream: drawing prior-or-policy leaves the sample seeds of `rng` as they were,
+        # so a loop with prior_share set proposes what one without it does until the first update
+        self.source_rng = random.Random(f"prior-share-{self.seed}") if self.seed is not None else random.Random()
         self.pending = None  # the episode of the last sample, waiting for its reward
 
     def propose(self, state: State) -> Proposal:
@@ -46,9 +50,10 @@ class RLPolicy:
         prompt = prompt_for(state, self.learner.count_tokens, self.learner.context_tokens,
                             self.learner.reply_tokens, self.system)
         seed = self.rng.randrange(2 ** 31) if self.seed is not None else None
-        text, episode = self.learner.generate(prompt.messages, seed=seed)
+        prior = self.config.rl.prior_share > 0 and self.source_rng.random() < self.config.rl.prior_share
+        text, episode = self.learner.generate(prompt.messages, seed=seed, prior=prior)
         self.pending = episode
-        data = {"policy_version": self.learner.version, "model": self.config.llm.model,
+        data = {"policy_version": self.learner.version, "model": self.config.llm.model, "sampled_from_prior": prior,
                 "prompt_tokens": len(episode.prompt_ids), "response_tokens": len(episode.response_ids),
                 "history_shown": prompt.history_shown}
         try:
