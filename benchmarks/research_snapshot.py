@@ -20,8 +20,7 @@ valid experiments moved and the share of the window's constant-moving valid expe
 moved it (`top_constant`: how far a loop narrows onto one constant); for rl loops, every
 PPO update's KL, mean k3 penalty, raw advantage std, entropy, clip fraction and share of
 decision tokens ([rl] token_share; with [rl] kl_target also the sampled KL and kl_coef), the
-reasons of the invalid experiments, per window of 50 for loops run with [rl] prior_share the
-experiments sampled from the frozen prior against those from the adapted policy (`by_sampler`), the errors of every failed try (valid experiments' earlier tries included) and,
+reasons of the invalid experiments, the errors of every failed try (valid experiments' earlier tries included) and,
 per window of 50, the share of experiments whose first try was valid and the number whose
 diff applied only after the stale-line repair ([policy] repair_stale_lines).
 
@@ -131,25 +130,6 @@ def top_constant(store: Store, exps: list, seen: dict) -> list[dict]:
     return out
 
 
-def by_sampler(recs: list) -> list[dict]:
-    """Per window of 50, for loops run with [rl] prior_share: of the experiments whose proposal
-    was sampled from the frozen prior and of those sampled from the adapted policy, the count,
-    the valid ones, the keeps and the mean reward; the sampler is drawn at random per proposal,
-    so within a window the two compare proposals made from the same states."""
-    out = []
-    for i in range(0, len(recs), 50):
-        window = {}
-        for source in (True, False):
-            part = [r for r in recs[i:i + 50] if (r.get("policy_data") or {}).get("sampled_from_prior") is source]
-            rewards = [(r.get("reward") or {}).get("total", 0.0) for r in part]
-            window["prior" if source else "policy"] = {
-                "n": len(part), "valid": sum(r["status"] != "invalid" for r in part),
-                "keeps": sum(r["status"] == "keep" for r in part),
-                "mean_reward": round(sum(rewards) / len(rewards), 4) if rewards else None}
-        out.append(window)
-    return out
-
-
 def repeats(store: Store, exps: list) -> dict:
     """Of the experiments right after a keep, those that repeat its steps."""
     sites = {"train.py": find_sites(store.read_file(exps[0].commit, "train.py"))}  # the kinds, by name
@@ -196,8 +176,6 @@ for repo in sorted(root.iterdir()):
                                     for i in range(0, len(first), 50)]
         repaired = [bool(r.get("repaired_lines")) for r in recs[1:]]
         entry["repaired"] = [sum(repaired[i:i + 50]) for i in range(0, len(repaired), 50)]
-        if any("sampled_from_prior" in (r.get("policy_data") or {}) for r in recs[1:]):
-            entry["by_sampler"] = by_sampler(recs[1:])
     loops[repo.name] = entry
 json.dump({"schema": 1, "snapshot_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loops": loops},
           open(out, "w"), indent=1)

@@ -1,0 +1,119 @@
+#!/usr/bin/env python
+"""Learning over the prior, measured inside rl loops run with [rl] prior_share: every try of a
+proposal drew its sampler (the frozen prior or the adapted policy) at random, so after the
+first update the two samplers propose from the same states, and what their tries bring is
+a randomised comparison.
+
+The notes keep the sampler of each experiment's last try only (`policy_data.sampled_from_prior`).
+The draws come from the RL policy's own stream, random.Random("prior-share-SEED"), one per try,
+so this script replays them over each experiment's tries (its failed tries plus the one that
+ran) and stops with an error if the replayed try that ran disagrees with its note.
+
+    python benchmarks/sampler_split.py LOOPS_DIR --share 0.5 [--after 50] [--json OUT]
+
+LOOPS_DIR holds `bench research --workdir` repos named rl-seedN. Output (stdout, and OUT as
+JSON), for experiments 1..after (before the first update: both samplers are the prior, an A/A
+check of the comparison) and for those after: per loop and sampler, its tries, tries that ran
+(valid), keeps, crashes, the mean reward of the experiments it ran, and the best's
+improvement it brought (the sum over its keeps of best before minus the keep's val_bpb);
+then the adapted policy minus the prior per try (keeps and improvement) per loop, with
+one-sided paired tests over the loops (t and Wilcoxon; below 0.05: the adapted policy's tries
+are better).
+"""
+import argparse
+import json
+import random
+import re
+import statistics
+from pathlib import Path
+
+from scipy import stats
+
+from gitresearch.gitstore import Store
+
+SAMPLERS = ("policy", "prior")
+
+
+def split(repo: Path, share: float, first: int, last: int) -> dict:
+    """Each sampler's figures over experiments first..last of one loop."""
+    seed = int(re.search(r"seed(\d+)$", repo.name).group(1))
+    draws = random.Random(f"prior-share-{seed}")  # the RL policy's sampler stream (policies/rl.py)
+    records = sorted((e.record for e in Store(repo).experiments() if (e.record or {}).get("status")),
+                     key=lambda r: r["experiment"])
+    out = {s: {"tries": 0, "valid": 0, "keeps": 0, "crashes": 0, "rewards": [], "improvement": 0.0}
+           for s in SAMPLERS}
+    best = None
+    for record in records:
+        status = record["status"]
+        if record["experiment"] == 0:
+            best = record["val_bpb"]
+            continue
+        failed = len(record.get("attempts") or [])
+        tries = [draws.random() < share for _ in range(failed + (status != "invalid"))]
+        noted = (record.get("policy_data") or {}).get("sampled_from_prior")
+        # an invalid experiment's note may carry an earlier try's data (a repeat fails after
+        # the reply was read); a valid one's is that of the try that ran
+        if status != "invalid" and noted is not None and tries[-1] != noted:
+            raise SystemExit(f"{repo.name} #{record['experiment']}: replayed sampler {tries[-1]} != noted {noted}")
+        gain = best - record["val_bpb"] if status == "keep" else 0.0
+        if status == "keep":
+            best = record["val_bpb"]
+        if not first <= record["experiment"] <= last:
+            continue
+        for prior in tries:
+            out[SAMPLERS[prior]]["tries"] += 1
+        if status == "invalid":
+            continue
+        ran = out[SAMPLERS[tries[-1]]]
+        ran["valid"] += 1
+        ran["keeps"] += status == "keep"
+        ran["crashes"] += status == "crash"
+        ran["rewards"].append((record.get("reward") or {}).get("total", 0.0))
+        ran["improvement"] += gain
+    for figures in out.values():
+        rewards = figures.pop("rewards")
+        figures["mean_reward"] = round(statistics.fmean(rewards), 4) if rewards else None
+        figures["improvement"] = round(figures["improvement"], 5)
+    return out
+
+
+def per_try(figures: dict, key: str) -> float:
+    return figures[key] / figures["tries"] if figures["tries"] else 0.0
+
+
+def compare(loops: dict) -> dict:
+    """The adapted policy minus the prior, per try, per loop; one-sided paired tests over loops."""
+    out = {}
+    for key in ("keeps", "improvement", "valid"):
+        diffs = [per_try(s["policy"], key) - per_try(s["prior"], key) for s in loops.values()]
+        row = {"per_loop": [round(d, 5) for d in diffs], "mean": round(statistics.fmean(diffs), 5)}
+        if len(diffs) > 1 and any(diffs):
+            row["t_p"] = round(float(stats.ttest_1samp(diffs, 0.0, alternative="greater").pvalue), 4)
+            row["wilcoxon_p"] = round(float(stats.wilcoxon(diffs, alternative="greater").pvalue), 4)
+        out[f"{key}_per_try"] = row
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("loops", type=Path)
+    parser.add_argument("--share", type=float, required=True, help="the loops' [rl] prior_share")
+    parser.add_argument("--after", type=int, default=50, help="experiments before the first update")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    repos = [repo for repo in sorted(args.loops.iterdir()) if repo.name.startswith("rl-")]
+    result = {"share": args.share, "after": args.after}
+    # before the first update the adapters are zero and both samplers are the prior: an A/A check
+    for part, (first, last) in {"before": (1, args.after), "after": (args.after + 1, 10 ** 9)}.items():
+        loops = {repo.name: split(repo, args.share, first, last) for repo in repos}
+        result[part] = {"loops": loops, "policy_minus_prior": compare(loops)}
+        print(f"experiments {first}..{last if last < 10 ** 9 else 'end'}")
+        for name, figures in loops.items():
+            print(" ", name, figures)
+        print(json.dumps(result[part]["policy_minus_prior"]))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
