@@ -82,8 +82,10 @@ def per_try(figures: dict, key: str) -> float:
 
 
 def compare(loops: dict) -> dict:
-    """The adapted policy minus the prior, per try, per loop; one-sided paired tests over loops."""
-    out = {}
+    """The adapted policy minus the prior, per try, per loop; one-sided paired tests over loops;
+    and each sampler's counts summed over the loops."""
+    out = {"pooled": {name: {key: round(sum(s[name][key] for s in loops.values()), 5)
+                             for key in ("tries", "valid", "keeps", "crashes", "improvement")} for name in SAMPLERS}}
     for key in ("keeps", "improvement", "valid"):
         diffs = [per_try(s["policy"], key) - per_try(s["prior"], key) for s in loops.values()]
         row = {"per_loop": [round(d, 5) for d in diffs], "mean": round(statistics.fmean(diffs), 5)}

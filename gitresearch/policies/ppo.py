@@ -26,9 +26,9 @@ class Episode:
     values: list[float]  # value estimates, at generation
     version: int  # policy version that generated it
     reward: float | None = None
-    prior: bool = False  # sampled from the reference (adapters off): `logprobs` are the reference's
     experiment: int | None = None
     stats: dict = field(default_factory=dict)
+    prior: bool = False  # sampled from the reference (adapters off): `logprobs` are the reference's
 
 
 def zero_dropout(config) -> None:
