@@ -34,14 +34,19 @@ from gitresearch.gitstore import Store
 SAMPLERS = ("policy", "prior")
 
 
-def split(repo: Path, share: float, first: int, last: int) -> dict:
-    """Each sampler's figures over experiments first..last of one loop."""
+def empty() -> dict:
+    return {s: {"tries": 0, "valid": 0, "keeps": 0, "crashes": 0, "rewards": [], "improvement": 0.0}
+            for s in SAMPLERS}
+
+
+def split(repo: Path, share: float, after: int) -> dict:
+    """Each sampler's figures of one loop, over experiments 1..after ("before") and the rest
+    ("after"), from one pass over its notes and one replay of its draws."""
     seed = int(re.search(r"seed(\d+)$", repo.name).group(1))
     draws = random.Random(f"prior-share-{seed}")  # the RL policy's sampler stream (policies/rl.py)
     records = sorted((e.record for e in Store(repo).experiments() if (e.record or {}).get("status")),
                      key=lambda r: r["experiment"])
-    out = {s: {"tries": 0, "valid": 0, "keeps": 0, "crashes": 0, "rewards": [], "improvement": 0.0}
-           for s in SAMPLERS}
+    parts = {"before": empty(), "after": empty()}
     best = None
     for record in records:
         status = record["status"]
@@ -58,8 +63,7 @@ def split(repo: Path, share: float, first: int, last: int) -> dict:
         gain = best - record["val_bpb"] if status == "keep" else 0.0
         if status == "keep":
             best = record["val_bpb"]
-        if not first <= record["experiment"] <= last:
-            continue
+        out = parts["before" if record["experiment"] <= after else "after"]
         for prior in tries:
             out[SAMPLERS[prior]]["tries"] += 1
         if status == "invalid":
@@ -70,11 +74,11 @@ def split(repo: Path, share: float, first: int, last: int) -> dict:
         ran["crashes"] += status == "crash"
         ran["rewards"].append((record.get("reward") or {}).get("total", 0.0))
         ran["improvement"] += gain
-    for figures in out.values():
+    for figures in (f for out in parts.values() for f in out.values()):
         rewards = figures.pop("rewards")
         figures["mean_reward"] = round(statistics.fmean(rewards), 4) if rewards else None
         figures["improvement"] = round(figures["improvement"], 5)
-    return out
+    return parts
 
 
 def per_try(figures: dict, key: str) -> float:
@@ -105,11 +109,12 @@ def main() -> None:
     args = parser.parse_args()
     repos = [repo for repo in sorted(args.loops.iterdir()) if repo.name.startswith("rl-")]
     result = {"share": args.share, "after": args.after}
+    splits = {repo.name: split(repo, args.share, args.after) for repo in repos}
     # before the first update the adapters are zero and both samplers are the prior: an A/A check
-    for part, (first, last) in {"before": (1, args.after), "after": (args.after + 1, 10 ** 9)}.items():
-        loops = {repo.name: split(repo, args.share, first, last) for repo in repos}
+    for part, span in {"before": f"1..{args.after}", "after": f"{args.after + 1}..end"}.items():
+        loops = {name: parts[part] for name, parts in splits.items()}
         result[part] = {"loops": loops, "policy_minus_prior": compare(loops)}
-        print(f"experiments {first}..{last if last < 10 ** 9 else 'end'}")
+        print(f"experiments {span}")
         for name, figures in loops.items():
             print(" ", name, figures)
         print(json.dumps(result[part]["policy_minus_prior"]))

@@ -5,7 +5,10 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from gitresearch.gitstore import Store
+from gitresearch.policies.ppo import Episode
 from helpers import cli, make_repo
 from tiny_lm import tiny_model
 
@@ -97,7 +100,6 @@ class SourceLearner(CountingLearner):
         return len(text) // 4
 
     def generate(self, messages, seed=None, prior=False):
-        from gitresearch.policies.ppo import Episode
         self.sources.append(prior)
         self.seeds.append(seed)
         return "no diff here", Episode([1], [2], [0.0], [0.0], [0.0], 0, prior=prior)
@@ -108,7 +110,6 @@ class SourceLearner(CountingLearner):
 
 def test_prior_share_draws_the_sampler_per_proposal_and_leaves_the_sample_seeds(tmp_path):
     from dataclasses import replace
-    import pytest
     from gitresearch.config import load
     from gitresearch.policies import InvalidReply, State
     from gitresearch.policies.rl import RLPolicy
