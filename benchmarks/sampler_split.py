@@ -9,9 +9,12 @@ The draws come from the RL policy's own stream, random.Random("prior-share-SEED"
 so this script replays them over each experiment's tries (its failed tries plus the one that
 ran) and stops with an error if the replayed try that ran disagrees with its note.
 
-    python benchmarks/sampler_split.py LOOPS_DIR --share 0.5 [--after 50] [--json OUT]
+    python benchmarks/sampler_split.py LOOPS_DIR [LOOPS_DIR ...] --share 0.5 [--after 50] [--json OUT]
+    python benchmarks/sampler_split.py --merge OUT1.json OUT2.json [--json OUT]
 
-LOOPS_DIR holds `bench research --workdir` repos named rl-seedN. Output (stdout, and OUT as
+LOOPS_DIR holds `bench research --workdir` repos named rl-seedN. --merge pools the loops of
+earlier outputs (say two batches of seeds whose loop folders are gone) and tests over them all;
+their share and after must agree and their loop names must differ. Output (stdout, and OUT as
 JSON), for experiments 1..after (before the first update: both samplers are the prior, an A/A
 check of the comparison) and for those after: per loop and sampler, its tries, tries that ran
 (valid), keeps, crashes, the mean reward of the experiments it ran, and the best's
@@ -100,16 +103,42 @@ def compare(loops: dict) -> dict:
     return out
 
 
+def merged(outputs: list) -> tuple:
+    """The share, the after and each loop's parts of earlier outputs, checked to agree."""
+    splits, settings = {}, set()
+    for path in outputs:
+        earlier = json.loads(path.read_text())
+        # outputs written before "split_after" was stored lost it to the part's key; all of them
+        # split at the default, 50
+        settings.add((earlier["share"], earlier.get("split_after", 50)))
+        for name in earlier["after"]["loops"]:
+            if name in splits:
+                raise SystemExit(f"{path}: loop {name} is in an earlier output too")
+            splits[name] = {part: earlier[part]["loops"][name] for part in ("before", "after")}
+    if len(settings) != 1:
+        raise SystemExit(f"the outputs disagree on (share, split_after): {sorted(settings)}")
+    return (*settings.pop(), splits)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("loops", type=Path)
-    parser.add_argument("--share", type=float, required=True, help="the loops' [rl] prior_share")
+    parser.add_argument("loops", type=Path, nargs="*")
+    parser.add_argument("--share", type=float, help="the loops' [rl] prior_share")
     parser.add_argument("--after", type=int, default=50, help="experiments before the first update")
+    parser.add_argument("--merge", type=Path, nargs="+", help="earlier --json outputs to pool")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    repos = [repo for repo in sorted(args.loops.iterdir()) if repo.name.startswith("rl-")]
-    result = {"share": args.share, "after": args.after}
-    splits = {repo.name: split(repo, args.share, args.after) for repo in repos}
+    if bool(args.merge) == bool(args.loops):
+        parser.error("give loop folders or --merge, not both")
+    if args.merge:
+        args.share, args.after, splits = merged(args.merge)
+    elif args.share is None:
+        parser.error("--share is required with loop folders")
+    else:
+        repos = [repo for loops in args.loops for repo in sorted(loops.iterdir()) if repo.name.startswith("rl-")]
+        splits = {repo.name: split(repo, args.share, args.after) for repo in repos}
+    # "before" and "after" name the parts, so the split point is stored as "split_after"
+    result = {"share": args.share, "split_after": args.after}
     # before the first update the adapters are zero and both samplers are the prior: an A/A check
     for part, span in {"before": f"1..{args.after}", "after": f"{args.after + 1}..end"}.items():
         loops = {name: parts[part] for name, parts in splits.items()}
