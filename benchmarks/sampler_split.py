@@ -18,7 +18,9 @@ their share and after must agree and their loop names must differ. Output (stdou
 JSON), for experiments 1..after (before the first update: both samplers are the prior, an A/A
 check of the comparison) and for those after: per loop and sampler, its tries, tries that ran
 (valid), keeps, crashes, the mean reward of the experiments it ran, and the best's
-improvement it brought (the sum over its keeps of best before minus the keep's val_bpb);
+improvement it brought (the sum over its keeps of best before minus the keep's val_bpb) and
+its refused tries by kind (move_too_large, moved_twice, no_change, unknown_constant, repeat,
+unreadable, other; tries = valid + refused);
 then the adapted policy minus the prior per try (keeps and improvement) per loop, with
 one-sided paired tests over the loops (t and Wilcoxon; below 0.05: the adapted policy's tries
 are better).
@@ -35,11 +37,19 @@ from scipy import stats
 from gitresearch.gitstore import Store
 
 SAMPLERS = ("policy", "prior")
+# a refused try's error (policies/moves.py, policies/reply.py, proposal.py, check_moves) by kind
+REFUSALS = {"move_too_large": "may move a constant at most", "moved_twice": "moved twice",
+            "no_change": "leave every value where it was", "unknown_constant": "not a constant shown",
+            "repeat": "already tried", "unreadable": "cannot read the step|needs a number|no unified diff"}
+
+
+def refusal(error: str) -> str:
+    return next((kind for kind, pattern in REFUSALS.items() if re.search(pattern, error)), "other")
 
 
 def empty() -> dict:
-    return {s: {"tries": 0, "valid": 0, "keeps": 0, "crashes": 0, "rewards": [], "improvement": 0.0}
-            for s in SAMPLERS}
+    return {s: {"tries": 0, "valid": 0, "keeps": 0, "crashes": 0, "rewards": [], "improvement": 0.0,
+                "refusals": {}} for s in SAMPLERS}
 
 
 def split(repo: Path, share: float, after: int) -> dict:
@@ -69,6 +79,11 @@ def split(repo: Path, share: float, after: int) -> dict:
         out = parts["before" if record["experiment"] <= after else "after"]
         for prior in tries:
             out[SAMPLERS[prior]]["tries"] += 1
+        # the note's attempts are the refused tries, in order, before the one that ran (if any)
+        for prior, attempt in zip(tries, record.get("attempts") or []):
+            kinds = out[SAMPLERS[prior]]["refusals"]
+            kind = refusal(attempt.get("error", ""))
+            kinds[kind] = kinds.get(kind, 0) + 1
         if status == "invalid":
             continue
         ran = out[SAMPLERS[tries[-1]]]
@@ -93,6 +108,11 @@ def compare(loops: dict) -> dict:
     and each sampler's counts summed over the loops."""
     out = {"pooled": {name: {key: round(sum(s[name][key] for s in loops.values()), 5)
                              for key in ("tries", "valid", "keeps", "crashes", "improvement")} for name in SAMPLERS}}
+    # outputs written before refusals were counted have none: pooled only where every loop has them
+    for name in (SAMPLERS if all("refusals" in s[n] for s in loops.values() for n in SAMPLERS) else ()):
+        kinds = [s[name]["refusals"] for s in loops.values()]
+        out["pooled"][name]["refusals"] = {kind: sum(k.get(kind, 0) for k in kinds)
+                                           for kind in sorted({kind for k in kinds for kind in k})}
     for key in ("keeps", "improvement", "valid"):
         diffs = [per_try(s["policy"], key) - per_try(s["prior"], key) for s in loops.values()]
         row = {"per_loop": [round(d, 5) for d in diffs], "mean": round(statistics.fmean(diffs), 5)}
