@@ -149,13 +149,17 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if bool(args.merge) == bool(args.loops):
-        parser.error("give loop folders or --merge, not both")
+        parser.error("give either loop folders or --merge")
     if args.merge:
+        if args.share is not None:
+            parser.error("--merge takes the share from the outputs it pools")
         args.share, args.after, splits = merged(args.merge)
     elif args.share is None:
         parser.error("--share is required with loop folders")
     else:
         repos = [repo for loops in args.loops for repo in sorted(loops.iterdir()) if repo.name.startswith("rl-")]
+        if len({repo.name for repo in repos}) < len(repos):
+            parser.error("two loop folders hold a loop of the same name (the same seed twice)")
         splits = {repo.name: split(repo, args.share, args.after) for repo in repos}
     # "before" and "after" name the parts, so the split point is stored as "split_after"
     result = {"share": args.share, "split_after": args.after}
