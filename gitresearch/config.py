@@ -190,6 +190,9 @@ class RLConfig:
     # share of proposals sampled from the frozen prior (adapters off), drawn per proposal; they are
     # learned from with the prior as their behaviour policy, and left out of the KL controller's drift
     prior_share: float = 0.0
+    # sample the Moves reply under its grammar ([llm] reply = "moves"): tokens that would make
+    # it unreadable or name a constant not shown get probability 0 (policies/grammar.py)
+    grammar: bool = False
     replay_size: int = 32  # the newest episodes an update learns from
     max_staleness: int = 2  # drop episodes generated more than this many versions ago
     seed: int | None = None  # sampling and adapter-init seed; None: [policy] seed (loop --seed), else fresh entropy
@@ -392,6 +395,9 @@ def load(root: Path, overrides: dict[str, object] | None = None) -> Config:
                           f"and kl_coef_max ({sections['rl'].kl_coef_max!r})")
     if not 0 <= sections["rl"].prior_share <= 1:
         raise ConfigError(f"{path} [rl] prior_share = {sections['rl'].prior_share!r}: expected a share in [0, 1]")
+    if sections["rl"].grammar and sections["llm"].reply != "moves":
+        raise ConfigError(f"{path} [rl] grammar = true samples the Moves reply's grammar: it needs [llm] reply = "
+                          f"\"moves\", not {sections['llm'].reply!r}")
     if not 0 < sections["rl"].token_share <= 1:
         raise ConfigError(f"{path} [rl] token_share = {sections['rl'].token_share!r}: expected a share in (0, 1]")
     reward_config = sections["reward"]

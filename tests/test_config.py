@@ -39,6 +39,7 @@ def test_the_named_flags_win_over_set_and_set_wins_over_the_file(tmp_path):
     ({"rl.token_share": 1.5}, "token_share = 1.5"),
     ({"rl.prior_share": 1.5}, r"prior_share = 1.5: expected a share in \[0, 1\]"),
     ({"rl.prior_share": -0.1}, "prior_share = -0.1"),
+    ({"rl.grammar": True}, r"\[rl\] grammar = true samples the Moves reply's grammar: it needs \[llm\] reply = \"moves\", not 'diff'"),
     ({"policy.max_move_factor": 1.0}, r"max_move_factor = 1.0: expected a factor above 1, or 0 \(off\)"),
     ({"policy.max_move_factor": -3.0}, "max_move_factor = -3.0"),
     ({"policy.min_move_factor": 0.9}, r"min_move_factor = 0.9: expected a factor above 1"),

@@ -534,3 +534,45 @@ def test_a_prior_sample_is_the_references_and_learned_from_as_such(model):
     ppo.add(own, 1.0)
     drift = (sum(own.logprobs) - sum(own.ref_logprobs)) / len(own.logprobs)
     assert drift != 0 and ppo.update()["sampled_kl"] == pytest.approx(drift)  # the policy's own sample did
+
+
+def test_a_grammar_sample_is_drawn_and_scored_under_the_masked_distribution(model, tmp_path):
+    """generate(grammar=NAMES) samples only tokens the Moves grammar allows, and its stored
+    log-probs are those of the masked, renormalised distribution: computed here afresh from
+    the model's logits with each position's mask built by walking the decoded text (not the
+    learner's token-state path). Before an update the rescoring equals them (ratio 1); an
+    update on such episodes stays finite; the buffer keeps the names across a restart."""
+    from gitresearch.policies.grammar import MovesGrammar
+
+    names = ["LR", "DEPTH"]
+    ppo = learner(model, state_dir=tmp_path / "rl", seed=1, ppo_epochs=1)
+    ppo.reply_tokens = 24
+    grammar, texts = MovesGrammar(names), ppo.token_texts()
+    assert not grammar.complete(grammar.walk(ppo.generate(MESSAGES, seed=1)[0] + "\n"))  # unmasked: no Moves
+    for seed in range(4):
+        text, episode = ppo.generate(MESSAGES, seed=seed, grammar=names)
+        assert episode.grammar == names and grammar.walk(text) is not None, text
+        assert text.startswith("Moves: ") or "Moves: ".startswith(text)
+        ids = torch.tensor([episode.prompt_ids + episode.response_ids])
+        with torch.no_grad():
+            logits = ppo.model(input_ids=ids).logits[0, len(episode.prompt_ids) - 1:-1].float() / ppo.temperature
+        expected, prefix = [], ""
+        for position, token in enumerate(episode.response_ids):
+            state = grammar.walk(prefix)
+            allowed = torch.tensor([bool(t) and grammar.walk(prefix + t) is not None for t in texts]
+                                   + [False] * (logits.shape[-1] - len(texts)))
+            allowed[ppo.eos] = grammar.complete(state) or not allowed.any()
+            assert allowed[token], (prefix, texts[token])
+            expected.append(float(torch.log_softmax(logits[position].masked_fill(~allowed, float("-inf")), -1)[token]))
+            prefix += texts[token] if token != ppo.eos else ""
+        assert episode.logprobs == pytest.approx(expected, abs=1e-5)
+        masked_gain = sum(episode.logprobs) - float(torch.log_softmax(logits, -1).gather(
+            -1, torch.tensor(episode.response_ids)[:, None]).sum())
+        assert masked_gain > 0.5  # the mask renormalised: each token more likely than unmasked
+        with torch.no_grad():
+            assert torch.allclose(ppo.score([episode])[0][0], torch.tensor(episode.logprobs), atol=1e-6)
+        ppo.add(episode, 1.0 if seed % 2 else -1.0)
+    stats = ppo.update()
+    assert all(math.isfinite(v) for v in (stats["ratio"], stats["kl"], stats["entropy"]))
+    again = learner(model, state_dir=tmp_path / "rl", seed=1)
+    assert [e.grammar for e in again.episodes] == [names] * 4

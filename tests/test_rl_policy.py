@@ -94,15 +94,16 @@ class SourceLearner(CountingLearner):
 
     def __init__(self):
         super().__init__()
-        self.sources, self.seeds = [], []
+        self.sources, self.seeds, self.grammars = [], [], []
 
     def count_tokens(self, text):
         return len(text) // 4
 
-    def generate(self, messages, seed=None, prior=False):
+    def generate(self, messages, seed=None, prior=False, grammar=None):
         self.sources.append(prior)
         self.seeds.append(seed)
-        return "no diff here", Episode([1], [2], [0.0], [0.0], [0.0], 0, prior=prior)
+        self.grammars.append(grammar)
+        return "no diff here", Episode([1], [2], [0.0], [0.0], [0.0], 0, prior=prior, grammar=grammar)
 
     def add(self, episode, reward, experiment=None):
         pass
@@ -133,3 +134,22 @@ def test_prior_share_draws_the_sampler_per_proposal_and_leaves_the_sample_seeds(
     assert 40 <= sum(half.sources) <= 80  # 60 expected of 200 at 0.3
     assert half.seeds == never.seeds == always.seeds  # the draws do not move the sample seeds
     assert proposals(0.3).sources == half.sources  # seeded by [rl] seed
+
+
+def test_grammar_samples_under_the_names_of_the_constants_the_prompt_shows(tmp_path):
+    from dataclasses import replace
+    from gitresearch.config import load
+    from gitresearch.policies import InvalidReply, State
+    from gitresearch.policies.prompt import shown_sites
+    from gitresearch.policies.rl import RLPolicy
+    repo = make_repo(tmp_path / "repo", config=RL_CONFIG)
+    config = load(repo)
+    config = replace(config, llm=replace(config.llm, reply="moves", prompt="compact"))
+    state = State("0" * 40, {"train.py": "LR = 0.1\nDEPTH = 4\nBETAS = (0.9, 0.95)\n"}, [], [], config)
+    for grammar, expected in ((False, None), (True, ["BETAS[0]", "BETAS[1]", "DEPTH", "LR"])):
+        learner = SourceLearner()
+        policy = RLPolicy(replace(config, rl=replace(config.rl, grammar=grammar)), Store(repo), learner=learner)
+        with pytest.raises(InvalidReply):
+            policy.propose(state)
+        assert learner.grammars == [expected]
+    assert sorted(site.name for sites in shown_sites(state).values() for site in sites) == expected

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from ..config import LLMConfig, RLConfig
 from .base import PolicyError
+from .grammar import GrammarMask, MovesGrammar
 
 STATE_FILES = ("adapter", "value_head.pt", "optimizer.pt", "episodes.jsonl", "counters.json")
 
@@ -29,6 +30,7 @@ class Episode:
     experiment: int | None = None
     stats: dict = field(default_factory=dict)
     prior: bool = False  # sampled from the reference (adapters off): `logprobs` are the reference's
+    grammar: list[str] | None = None  # sampled under the Moves grammar of these constants ([rl] grammar)
 
 
 def zero_dropout(config) -> None:
@@ -37,23 +39,30 @@ def zero_dropout(config) -> None:
             setattr(config, name, 0.0)
 
 
-def _logp_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float):
+def _logp_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
+                  blocked: torch.Tensor | None = None):
     x = logits.float() / temperature
+    if blocked is not None:  # tokens the grammar gives probability 0
+        x = x.masked_fill(blocked, float("-inf"))
     lse = torch.logsumexp(x, dim=-1)
     token = x.gather(-1, targets[..., None]).squeeze(-1) - lse
-    entropy = lse - (torch.softmax(x, dim=-1) * x).sum(-1)
+    finite = x if blocked is None else x.masked_fill(blocked, 0.0)  # 0 * -inf would be nan
+    entropy = lse - (torch.softmax(x, dim=-1) * finite).sum(-1)
     return token, entropy
 
 
-def reply_logp_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float, chunk: int):
-    """Log-probs of `targets` and entropies under `logits` / temperature, `chunk` positions at
-    a time; with gradients, each chunk's float copy and softmax are recomputed in the backward
-    pass instead of kept (checkpointed)."""
+def reply_logp_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float, chunk: int,
+                       blocked: torch.Tensor | None = None):
+    """Log-probs of `targets` and entropies under `logits` / temperature, with the `blocked`
+    tokens (True) given probability 0, `chunk` positions at a time; with gradients, each
+    chunk's float copy and softmax are recomputed in the backward pass instead of kept
+    (checkpointed)."""
     from torch.utils.checkpoint import checkpoint
 
     tokens, entropies = [], []
     for start in range(0, logits.shape[1], max(1, chunk)):
-        part = (logits[:, start:start + chunk], targets[:, start:start + chunk], temperature)
+        part = (logits[:, start:start + chunk], targets[:, start:start + chunk], temperature,
+                None if blocked is None else blocked[:, start:start + chunk])
         token, entropy = (checkpoint(_logp_entropy, *part, use_reentrant=False)
                           if torch.is_grad_enabled() and logits.requires_grad else _logp_entropy(*part))
         tokens.append(token)
@@ -195,6 +204,8 @@ class PPOLearner:
         self.temperature = llm.temperature if llm.temperature > 0 else 1.0  # the policy samples
         self.eos = self.tokenizer.eos_token_id
         self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (self.eos or 0)
+        self.grammars: dict[tuple[str, ...], MovesGrammar] = {}  # by the constants' names
+        self._token_texts: list[str] | None = None
         if self.state_dir and (self.state_dir / "counters.json").exists():
             self.load()
 
@@ -206,24 +217,31 @@ class PPOLearner:
     def render(self, messages: list[dict]) -> str:
         return render_chat(self.tokenizer, messages)
 
-    def generate(self, messages: list[dict], seed: int | None = None, prior: bool = False) -> tuple[str, Episode]:
+    def generate(self, messages: list[dict], seed: int | None = None, prior: bool = False,
+                 grammar: list[str] | None = None) -> tuple[str, Episode]:
         """Sample a reply and score it (behaviour and reference log-probs, values) at once.
         `prior`: sample from the reference (adapters off); the behaviour log-probs are then the
-        reference's, so the update's ratio is the adapted policy's over the prior's."""
+        reference's, so the update's ratio is the adapted policy's over the prior's.
+        `grammar`: sample under the Moves grammar of these constant names (grammar.py); every
+        log-prob, here and in later updates, is then that of the masked distribution."""
+        from transformers import LogitsProcessorList
+
         prompt_ids = self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"]
         if seed is not None:
             torch.manual_seed(seed)
         inputs = torch.tensor([prompt_ids], device=self.device)
         sampler = self.model.disable_adapter() if prior else contextlib.nullcontext()
+        processors = LogitsProcessorList([] if grammar is None else [
+            GrammarMask(self.grammar(grammar), self.token_texts(), self.eos, len(prompt_ids))])
         with torch.no_grad(), sampler:  # sample from exactly the distribution `score` evaluates
             out = self.model.generate(input_ids=inputs, attention_mask=torch.ones_like(inputs),
-                                      generation_config=self.sampling_config())
+                                      generation_config=self.sampling_config(), logits_processor=processors)
         response = out[0, len(prompt_ids):].tolist()
         if self.eos is not None and self.eos in response:  # cut at the first EOS, not at the pad id
             response = response[:response.index(self.eos) + 1]
         if not response:
             response = [self.eos if self.eos is not None else self.pad]
-        episode = Episode(prompt_ids, response, [], [], [], self.version, prior=prior)
+        episode = Episode(prompt_ids, response, [], [], [], self.version, prior=prior, grammar=grammar)
         with torch.no_grad():
             logprobs, values, _ = self.score([episode])
             with self.model.disable_adapter():
@@ -232,7 +250,21 @@ class PPOLearner:
         if prior:
             episode.logprobs = list(episode.ref_logprobs)
         text = self.tokenizer.decode([t for t in response if t != self.eos], skip_special_tokens=True)
+        if grammar is not None and text != "".join(self.token_texts()[t] for t in response if t != self.eos):
+            raise PolicyError(f"[rl] grammar needs a tokenizer whose tokens decode on their own (byte-level BPE, "
+                              f"as GPT-2's or Qwen's); this one decodes {response!r} as {text!r}")
         return text, episode
+
+    # -- the Moves grammar ([rl] grammar) -----------------------------------------------------
+
+    def token_texts(self) -> list[str]:
+        """Each token id's text, decoded on its own."""
+        if self._token_texts is None:
+            self._token_texts = [self.tokenizer.decode([i]) for i in range(len(self.tokenizer))]
+        return self._token_texts
+
+    def grammar(self, names: list[str]) -> MovesGrammar:
+        return self.grammars.setdefault(tuple(names), MovesGrammar(names))
 
     def sampling_config(self):
         """The whole generation config, explicit: plain sampling at the policy's temperature.
@@ -274,8 +306,16 @@ class PPOLearner:
             hook.remove()
         # the kept positions end at the last token; each one predicts the token after it
         logits, hidden = out.logits[:, :-1], captured["hidden"][:, :-1]
+        blocked = None
+        if any(e.grammar is not None for e in episodes):
+            blocked = torch.zeros(logits.shape, dtype=torch.bool, device=self.device)
+            for i, e in enumerate(episodes):
+                if e.grammar is not None:  # the last n positions of row i predict its reply
+                    n = len(e.response_ids)
+                    rows = self.grammar(e.grammar).rows(self.token_texts(), self.eos, e.response_ids, logits.shape[-1])
+                    blocked[i, -n:] = ~rows[:n].to(self.device)
         token_logp, entropy = reply_logp_entropy(logits, ids[:, width - longest:], self.temperature,
-                                                 self.rl.logit_chunk)
+                                                 self.rl.logit_chunk, blocked)
         values = self.value_head(hidden.float()).squeeze(-1)
         logps, vals, ents = [], [], []
         for i, e in enumerate(episodes):

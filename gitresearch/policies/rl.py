@@ -8,7 +8,8 @@ It shares the prompt builder and the reply parsing with the LLM policy, and the 
 validation and retry path. Every sample is an episode: a try that fails validation gets the
 invalid penalty as its reward at once (the loop then asks again, with the error in the
 prompt); the proposal that ran gets the reward of its note. With [rl] prior_share set, each
-proposal is sampled from the frozen prior (adapters off) with that probability. Every `update_every`
+proposal is sampled from the frozen prior (adapters off) with that probability; with [rl]
+grammar, under the Moves grammar of the constants shown (grammar.py). Every `update_every`
 experiments the learner runs a PPO update and saves its state under
 <git dir>/gitresearch/rl/, from which a later `loop --policy rl` resumes. Each note's
 policy_data records the policy version (updates so far) that proposed it.
@@ -21,7 +22,7 @@ import random
 from . import InvalidReply, PolicyError, Proposal, State
 from .llm import load_system_prompt
 from .ppo import PPOLearner
-from .prompt import prompt_for, read_reply
+from .prompt import prompt_for, read_reply, shown_sites
 
 
 class RLPolicy:
@@ -51,7 +52,8 @@ class RLPolicy:
                             self.learner.reply_tokens, self.system)
         seed = self.rng.randrange(2 ** 31) if self.seed is not None else None
         prior = self.config.rl.prior_share > 0 and self.source_rng.random() < self.config.rl.prior_share
-        text, episode = self.learner.generate(prompt.messages, seed=seed, prior=prior)
+        grammar = sorted(site.name for sites in shown_sites(state).values() for site in sites) if self.config.rl.grammar else None
+        text, episode = self.learner.generate(prompt.messages, seed=seed, prior=prior, grammar=grammar)
         self.pending = episode
         data = {"policy_version": self.learner.version, "model": self.config.llm.model, "sampled_from_prior": prior,
                 "prompt_tokens": len(episode.prompt_ids), "response_tokens": len(episode.response_ids),
