@@ -52,7 +52,9 @@ class RLPolicy:
                             self.learner.reply_tokens, self.system)
         seed = self.rng.randrange(2 ** 31) if self.seed is not None else None
         prior = self.config.rl.prior_share > 0 and self.source_rng.random() < self.config.rl.prior_share
-        grammar = sorted(site.name for sites in shown_sites(state).values() for site in sites) if self.config.rl.grammar else None
+        grammar = None  # the Moves grammar's constants: those the prompt shows
+        if self.config.rl.grammar:
+            grammar = sorted(site.name for sites in shown_sites(state).values() for site in sites)
         text, episode = self.learner.generate(prompt.messages, seed=seed, prior=prior, grammar=grammar)
         self.pending = episode
         data = {"policy_version": self.learner.version, "model": self.config.llm.model, "sampled_from_prior": prior,
