@@ -3,12 +3,17 @@ notes carry rewards and policy versions, a later loop resumes the learner's stat
 second loop on the same repo and seed learns the same adapters."""
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from gitresearch.config import load
 from gitresearch.gitstore import Store
+from gitresearch.policies import InvalidReply, State
 from gitresearch.policies.ppo import Episode
+from gitresearch.policies.prompt import shown_sites
+from gitresearch.policies.rl import RLPolicy
 from helpers import cli, make_repo
 from tiny_lm import tiny_model
 
@@ -64,9 +69,6 @@ class CountingLearner:
 
 
 def test_updates_every_update_every_from_update_after_to_update_until(tmp_path):
-    from dataclasses import replace
-    from gitresearch.config import load
-    from gitresearch.policies.rl import RLPolicy
     repo = make_repo(tmp_path / "repo", config=RL_CONFIG + "update_after = 5\n")
     config = load(repo)
     assert config.rl.update_after == 5
@@ -110,10 +112,6 @@ class SourceLearner(CountingLearner):
 
 
 def test_prior_share_draws_the_sampler_per_proposal_and_leaves_the_sample_seeds(tmp_path):
-    from dataclasses import replace
-    from gitresearch.config import load
-    from gitresearch.policies import InvalidReply, State
-    from gitresearch.policies.rl import RLPolicy
     repo = make_repo(tmp_path / "repo", config=RL_CONFIG)
     config = load(repo)
     state = State("0" * 40, {"train.py": "LR = 0.1\n"}, [], [], config)
@@ -137,11 +135,6 @@ def test_prior_share_draws_the_sampler_per_proposal_and_leaves_the_sample_seeds(
 
 
 def test_grammar_samples_under_the_names_of_the_constants_the_prompt_shows(tmp_path):
-    from dataclasses import replace
-    from gitresearch.config import load
-    from gitresearch.policies import InvalidReply, State
-    from gitresearch.policies.prompt import shown_sites
-    from gitresearch.policies.rl import RLPolicy
     repo = make_repo(tmp_path / "repo", config=RL_CONFIG)
     config = load(repo)
     config = replace(config, llm=replace(config.llm, reply="moves", prompt="compact"))

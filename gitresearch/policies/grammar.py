@@ -145,9 +145,12 @@ class GrammarMask:
     ppo.PPOLearner.score evaluates."""
 
     def __init__(self, grammar: MovesGrammar, token_texts: list[str], eos: int | None, prompt_tokens: int):
-        self.grammar, self.token_texts, self.eos, self.prompt_tokens = grammar, token_texts, eos, prompt_tokens
+        self.grammar, self.token_texts, self.eos = grammar, token_texts, eos
+        self.walked, self.state = prompt_tokens, START  # one call per sampled token: walk only the new ones
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        state = self.grammar.after(self.token_texts, self.eos, input_ids[0, self.prompt_tokens:].tolist())
-        allowed = self.grammar.mask(state, self.token_texts, self.eos, scores.shape[-1]).to(scores.device)
+        new = input_ids[0, self.walked:].tolist()
+        self.state = self.grammar.after(self.token_texts, self.eos, new, self.state)
+        self.walked += len(new)
+        allowed = self.grammar.mask(self.state, self.token_texts, self.eos, scores.shape[-1]).to(scores.device)
         return scores.masked_fill(~allowed, float("-inf"))
