@@ -26,7 +26,8 @@ import torch
 from gitresearch.config import LLMConfig, RLConfig, load
 from gitresearch.gitstore import Store
 from gitresearch.policies.imitation import examples
-from gitresearch.policies.ppo import PPOLearner, decision_mask
+from gitresearch.policies.ppo import PPOLearner
+from gitresearch.policies.ppo_terms import decision_mask
 from gitresearch.policies.pretrain import best_files
 
 CLASSES = ("new_value", "name", "copied", "hunk", "format")

@@ -196,6 +196,9 @@ class RLConfig:
     replay_size: int = 32  # the newest episodes an update learns from
     max_staleness: int = 2  # drop episodes generated more than this many versions ago
     seed: int | None = None  # sampling and adapter-init seed; None: [policy] seed (loop --seed), else fresh entropy
+    # a fresh learner starts from another loop's saved one (its <git dir>/gitresearch/rl; relative
+    # paths from the repo root): adapters, value head, optimiser, reward statistics, KL coefficient
+    init_from: str = ""
     logit_chunk: int = 64  # reply positions per chunk of the log-softmax and entropy
     gradient_checkpointing: bool = True  # recompute the model's activations in the backward pass
     optimizer: str = "adamw"  # adamw (torch) | adamw8bit | paged_adamw8bit | paged_adamw (bitsandbytes)

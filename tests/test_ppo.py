@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from gitresearch.config import LLMConfig, RLConfig
-from gitresearch.policies.ppo import KL_K3_MAX, PPOLearner, decision_mask, kl_k3
+from gitresearch.policies.base import PolicyError
+from gitresearch.policies.ppo import PPOLearner
+from gitresearch.policies.ppo_terms import KL_K3_MAX, decision_mask, kl_k3
 from tiny_lm import tiny_char_model, tiny_model
 
 MESSAGES = [{"role": "system", "content": "Propose a change."}, {"role": "user", "content": "LR = 0.1"}]
@@ -16,12 +18,12 @@ def model(tmp_path_factory):
     return str(tiny_model(tmp_path_factory.mktemp("tiny") / "model", positions=256))
 
 
-def learner(model, state_dir=None, seed=None, **rl):
+def learner(model, state_dir=None, seed=None, init_from=None, **rl):
     settings = dict(lora_r=8, lora_alpha=16.0, learning_rate=1e-2, ppo_epochs=2, update_every=1,
                     target_modules=("c_attn", "c_proj", "c_fc"))
     settings.update(rl)
     return PPOLearner(model, RLConfig(**settings), LLMConfig(max_tokens=12, temperature=1.0, device="cpu"),
-                      state_dir, seed=seed)
+                      state_dir, seed=seed, init_from=init_from)
 
 
 def test_before_any_update_ratio_is_one_and_kl_is_zero(model):
@@ -132,6 +134,37 @@ def test_save_and_load_give_identical_outputs(model, tmp_path):
     assert ep1.values == ep2.values and ep1.values != [0.0] * len(ep1.values)  # the value head too
     state1, state2 = ppo.optimizer.state_dict()["state"], again.optimizer.state_dict()["state"]
     assert all(torch.equal(state1[k]["exp_avg"], state2[k]["exp_avg"]) for k in state1)
+
+
+def test_a_learner_started_from_another_loops_state_carries_its_weights_not_its_episodes(model, tmp_path):
+    first = learner(model, state_dir=tmp_path / "first", seed=1)
+    for seed in (5, 6):
+        _, episode = first.generate(MESSAGES, seed=seed)
+        first.add(episode, 1.0 if seed == 5 else -1.0)
+    first.experiments = 7
+    first.update()  # saves
+    started = PPOLearner(model, first.rl, first.llm, tmp_path / "second", seed=2, init_from=tmp_path / "first")
+    assert (started.version, started.updates, started.experiments, started.episodes) == (1, 1, 0, [])
+    assert started.reward_stats == first.reward_stats and started.kl_coef == first.kl_coef
+    one, ep1 = first.generate(MESSAGES, seed=7)
+    two, ep2 = started.generate(MESSAGES, seed=7)  # another seed's init, overwritten by the carried adapters
+    assert one == two and ep1.logprobs == ep2.logprobs and ep1.logprobs != ep1.ref_logprobs
+    assert ep1.values == ep2.values and ep1.values != [0.0] * len(ep1.values)
+    assert same_state(first.optimizer.state_dict(), started.optimizer.state_dict())
+    started.experiments = 3
+    started.save()
+    again = PPOLearner(model, first.rl, first.llm, tmp_path / "second", init_from=tmp_path / "first")
+    assert again.experiments == 3  # its own saved state wins over init_from: a restart resumes
+
+
+def test_init_from_a_folder_without_a_learner_or_with_another_shape_is_refused(model, tmp_path):
+    with pytest.raises(PolicyError, match="no saved learner there"):
+        PPOLearner(model, RLConfig(target_modules=("c_attn",)), LLMConfig(device="cpu"), None, init_from=tmp_path)
+    learner(model, state_dir=tmp_path / "rank8").save()
+    with pytest.raises(PolicyError, match="do not fit this model"):
+        learner(model, init_from=tmp_path / "rank8", lora_r=4)
+    with pytest.raises(PolicyError, match="do not fit this model"):  # layers the other learner never adapted
+        learner(model, init_from=tmp_path / "rank8", target_modules=("c_attn",))
 
 
 class Payload:

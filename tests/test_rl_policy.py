@@ -1,6 +1,7 @@
 """`gitresearch loop --policy rl` end to end: a tiny random LM proposes, PPO updates happen,
-notes carry rewards and policy versions, a later loop resumes the learner's state, and a
-second loop on the same repo and seed learns the same adapters."""
+notes carry rewards and policy versions, a later loop resumes the learner's state, a
+second loop on the same repo and seed learns the same adapters, and a loop in another repo
+starts from the first one's learner."""
 import json
 import shutil
 from dataclasses import replace
@@ -25,6 +26,7 @@ def test_rl_loop_updates_records_and_resumes(tmp_path):
     model = tiny_model(tmp_path / "model")
     repo = make_repo(tmp_path / "repo", config=RL_CONFIG)
     twin = Path(shutil.copytree(repo, tmp_path / "twin"))  # the same baseline commit, for a second run
+    third = Path(shutil.copytree(repo, tmp_path / "third"))  # for a loop that starts from this one's learner
     cli("init", cwd=repo)
     out = cli("loop", "--policy", "rl", "--model", str(model), "--max-experiments", "4", cwd=repo).stdout
     assert "stopped: reached 4 experiments" in out
@@ -53,6 +55,14 @@ def test_rl_loop_updates_records_and_resumes(tmp_path):
     newest = Store(repo).experiments()[0].record
     assert newest["experiment"] == 5 and newest["policy_data"]["policy_version"] == 2
     assert json.loads((state / "counters.json").read_text())["experiments"] == 5
+    # a loop in another repo starts from this one's learner ([rl] init_from, from its root): the
+    # carried adapters are version 2; its experiments count from its own first
+    cli("init", cwd=third)
+    cli("loop", "--policy", "rl", "--model", str(model), "--max-experiments", "1",
+        "--set", "rl.init_from=../repo/.git/gitresearch/rl", cwd=third)
+    assert Store(third).experiments()[0].record["policy_data"]["policy_version"] == 2
+    carried = json.loads((third / ".git" / "gitresearch" / "rl" / "counters.json").read_text())
+    assert (carried["version"], carried["experiments"]) == (2, 1)
 
 
 class CountingLearner:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from ..config import LLMConfig, RLConfig
 from .base import PolicyError
 from .grammar import GrammarMask, MovesGrammar
+from .ppo_terms import RunningStats, decision_mask, kl_k3, reply_logp_entropy
 
 STATE_FILES = ("adapter", "value_head.pt", "optimizer.pt", "episodes.jsonl", "counters.json")
 
@@ -37,88 +36,6 @@ def zero_dropout(config) -> None:
     for name in list(vars(config)):
         if ("dropout" in name or "pdrop" in name) and isinstance(getattr(config, name), float):
             setattr(config, name, 0.0)
-
-
-def _logp_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
-                  blocked: torch.Tensor | None = None):
-    x = logits.float() / temperature
-    if blocked is not None:  # tokens the grammar gives probability 0
-        x = x.masked_fill(blocked, float("-inf"))
-    lse = torch.logsumexp(x, dim=-1)
-    token = x.gather(-1, targets[..., None]).squeeze(-1) - lse
-    finite = x if blocked is None else x.masked_fill(blocked, 0.0)  # 0 * -inf would be nan
-    entropy = lse - (torch.softmax(x, dim=-1) * finite).sum(-1)
-    return token, entropy
-
-
-def reply_logp_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float, chunk: int,
-                       blocked: torch.Tensor | None = None):
-    """Log-probs of `targets` and entropies under `logits` / temperature, with the `blocked`
-    tokens (True) given probability 0, `chunk` positions at a time; with gradients, each
-    chunk's float copy and softmax are recomputed in the backward pass instead of kept
-    (checkpointed)."""
-    from torch.utils.checkpoint import checkpoint
-
-    tokens, entropies = [], []
-    for start in range(0, logits.shape[1], max(1, chunk)):
-        part = (logits[:, start:start + chunk], targets[:, start:start + chunk], temperature,
-                None if blocked is None else blocked[:, start:start + chunk])
-        token, entropy = (checkpoint(_logp_entropy, *part, use_reentrant=False)
-                          if torch.is_grad_enabled() and logits.requires_grad else _logp_entropy(*part))
-        tokens.append(token)
-        entropies.append(entropy)
-    return torch.cat(tokens, dim=1), torch.cat(entropies, dim=1)
-
-
-def decision_mask(entropy: torch.Tensor, share: float) -> torch.Tensor:
-    """1.0 at the reply's `share` highest-entropy tokens (at least one; ties at the threshold
-    are all kept), 0.0 elsewhere; all ones at share >= 1. Most tokens of a diff are copies
-    and format (headers, the removed line, the fence) that the model writes with near-zero
-    entropy; the few uncertain ones (which constant, its new value) are the decisions the
-    reward can be about (Wang et al. 2025: RL on the top 20 % highest-entropy tokens matches
-    or beats RL on all of them)."""
-    if share >= 1.0 or entropy.numel() == 0:
-        return torch.ones_like(entropy)
-    k = max(1, math.ceil(share * entropy.numel() - 1e-9))  # 0.3 x 10 tokens is 3, not 4
-    threshold = torch.topk(entropy.detach(), k).values[-1]
-    return (entropy.detach() >= threshold).to(entropy.dtype)
-
-
-KL_K3_MAX = 10.0  # nats: the ceiling of one token's k3 term (as verl's low_var_kl)
-
-
-def kl_k3(logp: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimate of KL(policy || reference) on tokens the policy sampled
-    (Schulman 2020; GRPO's penalty): r - log r - 1 with r = p_ref / p, never negative, zero
-    where they agree, linear (not exponential) in how far the policy moved above the
-    reference, and clamped at KL_K3_MAX where the reference is far more likely, so that one
-    token cannot dominate an update."""
-    log_ratio = torch.clamp(ref - logp, -20.0, 20.0)  # exp stays finite: no inf x 0 in the clamp's gradient
-    return torch.clamp(torch.exp(log_ratio) - log_ratio - 1.0, max=KL_K3_MAX)
-
-
-@dataclass
-class RunningStats:
-    """Mean and variance of every reward seen (Welford), to normalise rewards whose scale
-    depends on the target's noise and on the penalties."""
-    count: int = 0
-    mean: float = 0.0
-    m2: float = 0.0
-
-    def add(self, value: float) -> None:
-        self.count += 1
-        delta = value - self.mean
-        self.mean += delta / self.count
-        self.m2 += delta * (value - self.mean)
-
-    def std(self) -> float:
-        return (self.m2 / (self.count - 1)) ** 0.5 if self.count > 1 else 0.0
-
-    def normalise(self, value: float, clip: float) -> float:
-        """(value - mean) / std, clipped; the raw value, clipped, until the rewards have a
-        spread (one reward, or all equal: centring would erase the only signal there is)."""
-        std = self.std()
-        return max(-clip, min(clip, (value - self.mean) / std if std > 1e-8 else value))
 
 
 def make_optimizer(params: list, rl: RLConfig):
@@ -150,11 +67,13 @@ class OutOfMemory(RuntimeError):
 
 class PPOLearner:
     def __init__(self, model: str, rl: RLConfig, llm: LLMConfig, state_dir: Path | None = None,
-                 seed: int | None = None):
+                 seed: int | None = None, init_from: Path | None = None):
         """`seed` draws the LoRA adapters' random init (peft's A matrices; B starts at zero);
         None draws it from torch's global generator as it stands. Two learners built with one
         seed, fed the same episodes, make the same updates: unseeded, the first update's
-        gradient (through A) differed from run to run though every sample before it agreed."""
+        gradient (through A) differed from run to run though every sample before it agreed.
+        A learner with a saved state in `state_dir` resumes it; one without starts from the
+        state saved in `init_from` where given (start_from)."""
         import peft
         from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as LORA_TARGETS
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -208,6 +127,8 @@ class PPOLearner:
         self._token_texts: list[str] | None = None
         if self.state_dir and (self.state_dir / "counters.json").exists():
             self.load()
+        elif init_from is not None:
+            self.start_from(Path(init_from))
 
     # -- text ---------------------------------------------------------------------------------
 
@@ -516,23 +437,49 @@ class PPOLearner:
         return directory
 
     def load(self, directory: Path | None = None) -> None:
-        from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
-
+        """Resume the state saved in `directory` (this loop's own), episodes and counters too."""
         directory = Path(directory or self.state_dir)
-        set_peft_model_state_dict(self.model, load_file(directory / "adapter" / "adapter_model.safetensors",
-                                                        device=str(self.device)))
-        self.value_head.load_state_dict(torch.load(directory / "value_head.pt", map_location=self.device, weights_only=True))
-        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", map_location=self.device, weights_only=True))
+        counters = self.load_weights(directory)
         self.episodes = [Episode(**json.loads(line)) for line in
                          (directory / "episodes.jsonl").read_text().splitlines() if line.strip()]
-        counters = json.loads((directory / "counters.json").read_text())
-        self.version, self.experiments, self.updates = counters["version"], counters["experiments"], counters["updates"]
-        self.kl_coef = counters.get("kl_coef", self.rl.kl_coef)  # schema < 3: a fixed coefficient
-        if "reward_stats" in counters:
-            self.reward_stats = RunningStats(**counters["reward_stats"])
-        else:  # schema 1 kept no statistics: rebuilt from the rewarded episodes in the buffer
+        self.experiments = counters["experiments"]
+        if "reward_stats" not in counters:  # schema 1 kept no statistics: rebuilt from the rewarded episodes
             self.reward_stats = RunningStats()
             for episode in self.episodes:
                 if episode.reward is not None:
                     self.reward_stats.add(episode.reward)
+
+    def start_from(self, directory: Path) -> None:
+        """Start this loop from another loop's saved learner (`[rl] init_from`): its adapters,
+        value head, optimiser, reward statistics, KL coefficient and version (the updates its
+        adapters carry), not its episodes (rewards of another repo's history) nor its experiment
+        count (update_after counts this loop's experiments). Why: one loop's few hundred
+        episodes carry a dozen or two keeps (docs/gym.md); a learner carried from loop to loop
+        learns from all of them."""
+        if not (directory / "counters.json").exists():
+            raise PolicyError(f"[rl] init_from = {str(directory)!r}: no saved learner there (no counters.json; "
+                              f"a loop's learner is saved under <git dir>/gitresearch/rl)")
+        self.load_weights(directory)
+        self.episodes, self.experiments = [], 0
+
+    def load_weights(self, directory: Path) -> dict:
+        """The learned state saved in `directory` (all but episodes); returns its counters."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        try:
+            loaded = set_peft_model_state_dict(self.model, load_file(directory / "adapter" / "adapter_model.safetensors",
+                                                                     device=str(self.device)))
+        except RuntimeError as err:  # torch's size mismatch: another rank or another model's shapes
+            raise PolicyError(f"the adapters saved in {directory} do not fit this model: {str(err)[:500]}") from err
+        if loaded.unexpected_keys:  # peft loads leniently: adapters of another model would load nothing
+            raise PolicyError(f"the adapters saved in {directory} do not fit this model ({len(loaded.unexpected_keys)} "
+                              f"of their tensors match none of its layers, e.g. {loaded.unexpected_keys[0]})")
+        self.value_head.load_state_dict(torch.load(directory / "value_head.pt", map_location=self.device, weights_only=True))
+        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", map_location=self.device, weights_only=True))
+        counters = json.loads((directory / "counters.json").read_text())
+        self.version, self.updates = counters["version"], counters["updates"]
+        self.kl_coef = counters.get("kl_coef", self.rl.kl_coef)  # schema < 3: a fixed coefficient
+        if "reward_stats" in counters:
+            self.reward_stats = RunningStats(**counters["reward_stats"])
+        return counters

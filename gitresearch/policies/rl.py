@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 from . import InvalidReply, PolicyError, Proposal, State
 from .llm import load_system_prompt
@@ -36,7 +37,9 @@ class RLPolicy:
         # [rl] seed, else the loop's --seed ([policy] seed), so bench research's seeds differ;
         # it seeds the adapters' init and every sample, so one setting's runs are the same
         self.seed = config.rl.seed if config.rl.seed is not None else config.policy.seed
-        self.learner = learner or PPOLearner(config.llm.model, config.rl, config.llm, self.state_dir, seed=self.seed)
+        init_from = Path(store.root) / config.rl.init_from if config.rl.init_from else None
+        self.learner = learner or PPOLearner(config.llm.model, config.rl, config.llm, self.state_dir, seed=self.seed,
+                                             init_from=init_from)
         self.system = load_system_prompt(store.root, config.policy.system_prompt)
         self.rng = random.Random(self.seed)
         # its own stream: drawing prior-or-policy leaves the sample seeds of `rng` as they were,
