@@ -163,8 +163,11 @@ def test_init_from_a_folder_without_a_learner_or_with_another_shape_is_refused(m
     learner(model, state_dir=tmp_path / "rank8").save()
     with pytest.raises(PolicyError, match="do not fit this model"):
         learner(model, init_from=tmp_path / "rank8", lora_r=4)
-    with pytest.raises(PolicyError, match="do not fit this model"):  # layers the other learner never adapted
+    with pytest.raises(PolicyError, match="do not fit this model"):  # layers this learner does not adapt
         learner(model, init_from=tmp_path / "rank8", target_modules=("c_attn",))
+    learner(model, state_dir=tmp_path / "attention", target_modules=("c_attn",)).save()
+    with pytest.raises(PolicyError, match="do not fit this model"):  # layers that would stay at their init
+        learner(model, init_from=tmp_path / "attention")
 
 
 class Payload:

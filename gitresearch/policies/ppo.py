@@ -472,9 +472,11 @@ class PPOLearner:
                                                                      device=str(self.device)))
         except RuntimeError as err:  # torch's size mismatch: another rank or another model's shapes
             raise PolicyError(f"the adapters saved in {directory} do not fit this model: {str(err)[:500]}") from err
-        if loaded.unexpected_keys:  # peft loads leniently: adapters of another model would load nothing
-            raise PolicyError(f"the adapters saved in {directory} do not fit this model ({len(loaded.unexpected_keys)} "
-                              f"of their tensors match none of its layers, e.g. {loaded.unexpected_keys[0]})")
+        # peft loads leniently: adapters of other layers would load nothing, or leave some at their init
+        unfit = list(loaded.unexpected_keys) + [key for key in loaded.missing_keys if "lora_" in key]
+        if unfit:
+            raise PolicyError(f"the adapters saved in {directory} do not fit this model ({len(unfit)} tensors "
+                              f"on one side only, e.g. {unfit[0]})")
         self.value_head.load_state_dict(torch.load(directory / "value_head.pt", map_location=self.device, weights_only=True))
         self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", map_location=self.device, weights_only=True))
         counters = json.loads((directory / "counters.json").read_text())
