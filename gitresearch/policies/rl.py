@@ -11,7 +11,8 @@ prompt); the proposal that ran gets the reward of its note. With [rl] prior_shar
 proposal is sampled from the frozen prior (adapters off) with that probability; with [rl]
 grammar, under the Moves grammar of the constants shown (grammar.py). Every `update_every`
 experiments the learner runs a PPO update and saves its state under
-<git dir>/gitresearch/rl/, from which a later `loop --policy rl` resumes. Each note's
+<git dir>/gitresearch/rl/, from which a later `loop --policy rl` resumes; a loop with no
+saved learner of its own starts from the one [rl] init_from names, if any. Each note's
 policy_data records the policy version (updates so far) that proposed it.
 """
 from __future__ import annotations
